@@ -1,0 +1,41 @@
+// Token sampling from logits.
+#ifndef TANDEM_CPU_WORKER_OPS_SAMPLING_H_
+#define TANDEM_CPU_WORKER_OPS_SAMPLING_H_
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace tandem::ops {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy
+  int64_t top_k = 0;         // 0 = all
+  float top_p = 1.0f;        // 1 = all
+  uint64_t seed = 0;
+};
+
+// Per-sequence sampler; the seed makes a run reproducible.
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& p) : params_(p), rng_(p.seed) {}
+  // Picks a token from logits [vocab]. Greedy takes the lowest index among
+  // equal maxima. Temperature scales, then top-k, then top-p (smallest set
+  // whose probability reaches p), then one draw.
+  int32_t Sample(const float* logits, int64_t vocab);
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> scratch_;
+};
+
+// log_softmax(logits)[token] computed in double for stability.
+float LogProb(const float* logits, int64_t vocab, int32_t token);
+
+// Index of the largest logit (lowest index among ties).
+int32_t ArgMax(const float* logits, int64_t vocab);
+
+}  // namespace tandem::ops
+
+#endif  // TANDEM_CPU_WORKER_OPS_SAMPLING_H_
