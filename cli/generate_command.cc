@@ -1,0 +1,158 @@
+#include "cli/generate_command.h"
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/checkpoint.h"
+#include "common/status_macros.h"
+#include "common/tokenizer/tokenizer.h"
+#include "gpu_worker/engine/engine.h"
+#include "gpu_worker/engine/generator.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::cli {
+namespace {
+
+absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(piece), &id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prompt-ids: '", std::string(piece), "' is not a token id"));
+    }
+    ids.push_back(id);
+  }
+  if (ids.empty()) return absl::InvalidArgumentError("--prompt-ids: no token ids given");
+  return ids;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const Checkpoint& ckpt) {
+  if (ckpt.gguf() != nullptr) return Tokenizer::FromGguf(*ckpt.gguf());
+  if (ckpt.tokenizer_json_path().empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(ckpt.path(), ": no tokenizer.json; use --prompt-ids"));
+  }
+  return Tokenizer::FromHfFiles(ckpt.tokenizer_json_path(), ckpt.tokenizer_config_path());
+}
+
+absl::Status Run(const GenerateOptions& o) {
+  if (o.prompt.empty() == o.prompt_ids.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --prompt and --prompt-ids");
+  }
+  if (o.temperature < 0) return absl::InvalidArgumentError("--temperature must be >= 0");
+  if (o.top_p <= 0 || o.top_p > 1) return absl::InvalidArgumentError("--top-p must be in (0, 1]");
+  if (o.top_k < 0) return absl::InvalidArgumentError("--top-k must be >= 0");
+  if (o.max_tokens < 0) return absl::InvalidArgumentError("--max-tokens must be >= 0");
+
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(o.model));
+  // The tokenizer is needed for text in or out; ids-only runs work without.
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tok = LoadTokenizer(*ckpt);
+  if (!tok.ok() && !o.prompt.empty()) return tok.status();
+
+  std::vector<int32_t> prompt;
+  if (!o.prompt.empty()) {
+    prompt = (*tok)->Encode(o.prompt, /*add_bos=*/true, /*parse_special=*/!o.no_special);
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(prompt, ParseIds(o.prompt_ids));
+  }
+
+  GenerationParams params;
+  params.max_tokens = o.max_tokens;
+  params.sampling.temperature = o.temperature;
+  params.sampling.top_k = o.top_k;
+  params.sampling.top_p = o.top_p;
+  params.sampling.seed = o.seed;
+  params.ignore_eos = o.ignore_eos;
+  for (int64_t id : ckpt->config().eos_token_ids) params.eos_ids.push_back(static_cast<int32_t>(id));
+  if (tok.ok()) {
+    for (int32_t id : (*tok)->eos_ids()) params.eos_ids.push_back(id);
+  }
+
+  EngineOptions eo;
+  eo.max_sequences = 1;
+  eo.max_context = o.max_context;
+  if (o.dtype == "f32") {
+    eo.compute = ops::ComputeType::kF32;
+  } else if (o.dtype != "auto" && o.dtype != "bf16") {
+    return absl::InvalidArgumentError("--dtype must be auto, bf16 or f32");
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
+
+  std::unique_ptr<StreamingDetokenizer> detok;
+  if (tok.ok() && !o.json) detok = std::make_unique<StreamingDetokenizer>(**tok);
+  auto on_token = [&](const GeneratedToken& t) {
+    if (detok) {
+      std::cout << detok->Push(t.id) << std::flush;
+    }
+    return true;
+  };
+  TANDEM_ASSIGN_OR_RETURN(GenerationResult r, Generate(*engine, 0, prompt, params, on_token));
+
+  if (!o.json) {
+    if (detok) {
+      std::cout << detok->Flush() << std::endl;
+    } else {
+      for (const auto& t : r.tokens) std::cout << t.id << (&t == &r.tokens.back() ? "\n" : ",");
+    }
+    return absl::OkStatus();
+  }
+  nlohmann::ordered_json j;
+  j["prompt_ids"] = prompt;
+  nlohmann::ordered_json toks = nlohmann::ordered_json::array();
+  std::vector<int32_t> ids;
+  for (const auto& t : r.tokens) {
+    nlohmann::ordered_json e;
+    e["id"] = t.id;
+    if (tok.ok()) e["piece"] = (*tok)->TokenPiece(t.id);
+    e["logprob"] = t.logprob;
+    toks.push_back(e);
+    ids.push_back(t.id);
+  }
+  j["token_ids"] = ids;
+  if (tok.ok()) j["text"] = (*tok)->Decode(ids);
+  j["tokens"] = toks;
+  j["finish_reason"] = r.finish_reason;
+  j["usage"] = {{"prompt_tokens", r.prompt_tokens},
+                {"completion_tokens", static_cast<int64_t>(r.tokens.size())}};
+  j["timing"] = {{"prefill_seconds", r.prefill_seconds}, {"decode_seconds", r.decode_seconds}};
+  std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+CLI::App* AddGenerateCommand(CLI::App& app, GenerateOptions& o) {
+  CLI::App* cmd = app.add_subcommand("generate", "Generate a continuation of one prompt in this process");
+  cmd->add_option("--model,-m", o.model, "Model: a Hugging Face directory or a .gguf file")->required();
+  cmd->add_option("--prompt,-p", o.prompt, "Prompt text (special tokens like <|im_start|> are recognised)");
+  cmd->add_option("--prompt-ids", o.prompt_ids, "Prompt as comma-separated token ids");
+  cmd->add_option("--max-tokens,-n", o.max_tokens, "Tokens to generate at most")->capture_default_str();
+  cmd->add_option("--temperature,-t", o.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", o.top_k, "Keep the k most likely tokens; 0 = all")->capture_default_str();
+  cmd->add_option("--top-p", o.top_p, "Nucleus sampling mass")->capture_default_str();
+  cmd->add_option("--seed,-s", o.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "GEMM dtype: auto (bf16 for bf16 weights where the CPU has it), bf16, f32")->capture_default_str();
+  cmd->add_option("--max-context", o.max_context, "Context length; 0 = the model's (at most 8192)");
+  cmd->add_flag("--json", o.json, "Print token ids, pieces and log-probs as JSON");
+  cmd->add_flag("--ignore-eos", o.ignore_eos, "Keep generating past end-of-sequence tokens");
+  cmd->add_flag("--no-special", o.no_special, "Treat special-token text in the prompt as plain text");
+  return cmd;
+}
+
+int RunGenerate(const GenerateOptions& opts) {
+  const absl::Status s = Run(opts);
+  if (!s.ok()) {
+    std::fprintf(stderr, "tandem generate: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tandem::cli

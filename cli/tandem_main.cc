@@ -1,0 +1,20 @@
+// The `tandem` executable: one binary, one subcommand per role. This
+// dispatcher is the only code that links every module.
+#include <cstdio>
+
+#include "CLI/CLI.hpp"
+#include "cli/generate_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tandem: serves large language models across GPU and CPU"};
+  app.require_subcommand(1);
+  tandem::cli::GenerateOptions gen;
+  CLI::App* generate = tandem::cli::AddGenerateCommand(app, gen);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);  // CLI11 reports bad flags through exceptions; they stop here
+  }
+  if (generate->parsed()) return tandem::cli::RunGenerate(gen);
+  return 1;
+}

@@ -1,0 +1,35 @@
+// Run-time probing of the host CPU's instruction-set extensions (cpuid and
+// xgetbv), so that one binary picks its fast paths on the machine it runs on.
+#ifndef TANDEM_CPU_WORKER_OPS_CPU_FEATURES_H_
+#define TANDEM_CPU_WORKER_OPS_CPU_FEATURES_H_
+
+#include <string>
+
+namespace tandem::ops {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool avx512f = false;
+  bool avx512bw = false;
+  bool avx512vl = false;
+  bool avx512_bf16 = false;  // cpuid leaf 7 subleaf 1, EAX bit 5
+  bool amx_bf16 = false;
+  bool os_avx = false;     // the OS saves YMM state (XCR0 bits 1, 2)
+  bool os_avx512 = false;  // the OS saves opmask and ZMM state (XCR0 bits 5, 6, 7)
+  bool os_amx = false;     // the OS saves tile state (XCR0 bits 17, 18)
+};
+
+// The host's features, probed once. Not affected by TANDEM_CPU_ISA.
+const CpuFeatures& HostCpuFeatures();
+
+// True if the environment forces f32 GEMMs (TANDEM_CPU_ISA=f32). Read on
+// every call so tests may set it in-process.
+bool CpuIsaForcedF32();
+
+// "avx2 fma avx512f ..." for logs.
+std::string CpuFeaturesString(const CpuFeatures& f);
+
+}  // namespace tandem::ops
+
+#endif  // TANDEM_CPU_WORKER_OPS_CPU_FEATURES_H_

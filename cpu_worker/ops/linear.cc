@@ -1,0 +1,141 @@
+#include "cpu_worker/ops/linear.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/quant.h"
+#include "common/status_macros.h"
+#include "cpu_worker/ops/onednn_matmul.h"
+
+namespace tandem::ops {
+namespace {
+
+// Below this many elements a conversion runs on one thread.
+constexpr int64_t kParallelElems = 1 << 16;
+
+// f32 -> bf16, round to nearest even, NaN kept quiet: the same result as
+// F32ToBf16 but branch-free so that it vectorises.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void F32ToBf16Range(
+    const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &src[i], 4);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t quiet = (u >> 16) | 0x40u;
+    dst[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+  }
+}
+
+void ConvertToBf16(const float* src, int64_t n, uint16_t* dst) {
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > kParallelElems)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk;
+    const int64_t len = std::min(kChunk, n - begin);
+    F32ToBf16Range(src + begin, len, dst + begin);
+  }
+}
+
+// Converts an [n, k] matrix of any stored dtype to f32, row by row.
+void ConvertRowsToF32(DType t, const void* src, int64_t n, int64_t k, float* dst) {
+  const int64_t row_bytes = DTypeBytes(t, k).value();
+  const auto* base = static_cast<const uint8_t*>(src);
+#pragma omp parallel for schedule(static) if (n * k > kParallelElems)
+  for (int64_t r = 0; r < n; ++r) {
+    ConvertToF32(t, base + r * row_bytes, k, dst + r * k);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeType prefer) {
+  if (w.rank() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("linear weight '", w.name,
+                                                   "' must be 2-D, got shape ",
+                                                   ShapeString(w.shape)));
+  }
+  const int64_t n = w.dim(0), k = w.dim(1);
+  if (n <= 0 || k <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("linear weight '", w.name,
+                                                   "' has an empty shape ",
+                                                   ShapeString(w.shape)));
+  }
+  if (w.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("linear weight '", w.name, "' has no data"));
+  }
+  if (w.dtype == DType::kI32) {
+    return absl::InvalidArgumentError(absl::StrCat("linear weight '", w.name,
+                                                   "' has unsupported dtype ",
+                                                   std::string(DTypeName(w.dtype))));
+  }
+  if (k % DTypeBlockElems(w.dtype) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "linear weight '", w.name, "' of dtype ", std::string(DTypeName(w.dtype)),
+        ": row length ", k, " is not a whole number of blocks"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(const int64_t bytes, DTypeBytes(w.dtype, n * k));
+  if (w.nbytes != 0 && w.nbytes < bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("linear weight '", w.name, "' of shape ",
+                                                   ShapeString(w.shape), " needs ", bytes,
+                                                   " bytes, view has ", w.nbytes));
+  }
+
+  LinearWeight lw;
+  lw.n_ = n;
+  lw.k_ = k;
+  if (w.dtype == DType::kF32) {
+    lw.type_ = ComputeType::kF32;
+    lw.data_ = w.data;
+  } else if (w.dtype == DType::kBF16 && prefer == ComputeType::kBF16 && CpuHasBf16()) {
+    lw.type_ = ComputeType::kBF16;
+    lw.data_ = w.data;
+  } else {
+    // f16 (oneDNN 2.6 has no f16 GEMM), bf16 without bf16 compute, and the
+    // GGUF block types: dequantized to f32 once.
+    lw.type_ = ComputeType::kF32;
+    lw.owned_ = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(n * k) * 4);
+    ConvertRowsToF32(w.dtype, w.data, n, k, reinterpret_cast<float*>(lw.owned_->data()));
+    lw.data_ = lw.owned_->data();
+  }
+  return lw;
+}
+
+void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y) {
+  TANDEM_CHECK(w.data() != nullptr);
+  TANDEM_CHECK(m >= 0);
+  if (m == 0) return;
+  if (w.compute_type() == ComputeType::kF32) {
+    internal::OnednnMatmul(x, m, w.data(), w.rows(), w.cols(), bias, internal::MatmulType::kF32,
+                           y);
+    return;
+  }
+  thread_local std::vector<uint16_t> xb;
+  const int64_t elems = m * w.cols();
+  if (static_cast<int64_t>(xb.size()) < elems) xb.resize(static_cast<size_t>(elems));
+  ConvertToBf16(x, elems, xb.data());
+  internal::OnednnMatmul(xb.data(), m, w.data(), w.rows(), w.cols(), bias,
+                         internal::MatmulType::kBF16, y);
+}
+
+void ReferenceLinear(const float* x, int64_t m, const float* w, int64_t n, int64_t k,
+                     const float* bias, float* y) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = bias != nullptr ? static_cast<double>(bias[j]) : 0.0;
+      const float* xr = x + i * k;
+      const float* wr = w + j * k;
+      for (int64_t l = 0; l < k; ++l) acc += static_cast<double>(xr[l]) * wr[l];
+      y[i * n + j] = static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace tandem::ops

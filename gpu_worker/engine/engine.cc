@@ -1,0 +1,255 @@
+#include "gpu_worker/engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "cpu_worker/ops/attention.h"
+#include "cpu_worker/ops/elementwise.h"
+#include "cpu_worker/ops/rope.h"
+#include "cpu_worker/ops/router.h"
+
+namespace tandem {
+namespace {
+
+void Grow(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoint> ckpt,
+                                                       const EngineOptions& options) {
+  if (ckpt == nullptr) return absl::InvalidArgumentError("Engine::Create: no checkpoint");
+  const ModelConfig& c = ckpt->config();
+  TANDEM_RETURN_IF_ERROR(c.Validate());
+  if (options.max_sequences <= 0 || options.block_size <= 0 || options.max_context < 0) {
+    return absl::InvalidArgumentError("engine options: sizes must be positive");
+  }
+  auto e = std::unique_ptr<Engine>(new Engine());
+  TANDEM_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Load(*ckpt, options.compute));
+  e->max_context_ = options.max_context > 0 ? options.max_context
+                                            : std::min<int64_t>(c.max_position, 8192);
+  const int64_t blocks_per_seq = (e->max_context_ + options.block_size - 1) / options.block_size;
+  TANDEM_ASSIGN_OR_RETURN(
+      e->kv_, KvCache::Create(c.num_layers, c.num_kv_heads, c.head_dim,
+                              blocks_per_seq * options.max_sequences, options.block_size));
+  e->inv_freq_ = ops::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling);
+  e->ckpt_ = std::move(ckpt);
+  return e;
+}
+
+int64_t Engine::SequenceLength(int64_t seq_id) const {
+  auto it = seq_len_.find(seq_id);
+  return it == seq_len_.end() ? 0 : it->second;
+}
+
+void Engine::FreeSequence(int64_t seq_id) {
+  kv_->Free(seq_id);
+  seq_len_.erase(seq_id);
+}
+
+absl::Status Engine::Validate(const std::vector<SequenceChunk>& batch) const {
+  if (batch.empty()) return absl::InvalidArgumentError("empty batch");
+  absl::flat_hash_set<int64_t> seen;
+  const int64_t vocab = config().vocab_size;
+  for (const SequenceChunk& s : batch) {
+    if (!seen.insert(s.seq_id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s.seq_id, " appears twice in one step"));
+    }
+    if (s.tokens.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, " has no tokens"));
+    }
+    for (int32_t t : s.tokens) {
+      if (t < 0 || t >= vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", t, " is outside the vocabulary [0, ", vocab, ")"));
+      }
+    }
+    const int64_t len = SequenceLength(s.seq_id);
+    if (s.start_pos < 0 || s.start_pos > len) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, " starts at ",
+                                                     s.start_pos, " but holds ", len, " tokens"));
+    }
+    const int64_t end = s.start_pos + static_cast<int64_t>(s.tokens.size());
+    if (end > max_context_) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, " would reach ", end,
+                                                     " tokens, past the context limit of ",
+                                                     max_context_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch) {
+  TANDEM_RETURN_IF_ERROR(Validate(batch));
+  for (const SequenceChunk& s : batch) {
+    TANDEM_RETURN_IF_ERROR(
+        kv_->Reserve(s.seq_id, s.start_pos + static_cast<int64_t>(s.tokens.size())));
+  }
+  const ModelConfig& c = config();
+  const int64_t hidden = c.hidden_size;
+  int64_t total = 0;
+  for (const SequenceChunk& s : batch) total += static_cast<int64_t>(s.tokens.size());
+
+  Grow(x_, total * hidden);
+  Grow(h_, total * hidden);
+  Grow(out_, total * hidden);
+  positions_.resize(static_cast<size_t>(total));
+  std::vector<int32_t> ids;
+  ids.reserve(static_cast<size_t>(total));
+  for (const SequenceChunk& s : batch) {
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      positions_[ids.size()] = s.start_pos + static_cast<int64_t>(i);
+      ids.push_back(s.tokens[i]);
+    }
+  }
+  ops::EmbeddingLookup(weights_.token_embd, ids.data(), total, x_.data());
+
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
+    ops::RmsNorm(x_.data(), total, hidden, lw.attn_norm.data(), c.rms_norm_eps, h_.data());
+    Attention(l, batch);
+    ops::AddScaled(out_.data(), 1.0f, total * hidden, x_.data());
+    ops::RmsNorm(x_.data(), total, hidden, lw.ffn_norm.data(), c.rms_norm_eps, h_.data());
+    if (lw.moe) {
+      Moe(lw, total);
+    } else {
+      DenseMlp(lw.mlp, h_.data(), total, out_.data());
+    }
+    ops::AddScaled(out_.data(), 1.0f, total * hidden, x_.data());
+  }
+
+  // Final norm and LM head only on the rows whose logits are wanted.
+  StepResult r;
+  r.vocab = c.vocab_size;
+  int64_t rows = 0, tok = 0;
+  for (const SequenceChunk& s : batch) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    const int64_t keep = s.all_logits ? n : 1;
+    r.first_row.push_back(rows);
+    r.num_rows.push_back(keep);
+    std::copy_n(x_.data() + (tok + n - keep) * hidden, keep * hidden, h_.data() + rows * hidden);
+    rows += keep;
+    tok += n;
+  }
+  ops::RmsNorm(h_.data(), rows, hidden, weights_.output_norm.data(), c.rms_norm_eps, h_.data());
+  r.logits.resize(static_cast<size_t>(rows * c.vocab_size));
+  ops::Linear(h_.data(), rows, weights_.lm_head, nullptr, r.logits.data());
+
+  for (const SequenceChunk& s : batch) {
+    seq_len_[s.seq_id] = s.start_pos + static_cast<int64_t>(s.tokens.size());
+  }
+  return r;
+}
+
+// Self-attention of layer `l`: reads h_, writes out_ (the projected output).
+void Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batch) {
+  const ModelConfig& c = config();
+  const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
+  const int64_t total = static_cast<int64_t>(positions_.size());
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim();
+  Grow(q_, total * qd);
+  Grow(k_, total * kvd);
+  Grow(v_, total * kvd);
+  Grow(attn_, total * qd);
+  const float* qb = lw.q_bias.empty() ? nullptr : lw.q_bias.data();
+  const float* kb = lw.k_bias.empty() ? nullptr : lw.k_bias.data();
+  const float* vb = lw.v_bias.empty() ? nullptr : lw.v_bias.data();
+  ops::Linear(h_.data(), total, lw.q, qb, q_.data());
+  ops::Linear(h_.data(), total, lw.k, kb, k_.data());
+  ops::Linear(h_.data(), total, lw.v, vb, v_.data());
+  if (c.qk_norm == QkNorm::kPerHead) {
+    ops::RmsNorm(q_.data(), total * c.num_heads, c.head_dim, lw.q_norm.data(), c.rms_norm_eps,
+                 q_.data());
+    ops::RmsNorm(k_.data(), total * c.num_kv_heads, c.head_dim, lw.k_norm.data(),
+                 c.rms_norm_eps, k_.data());
+  } else if (c.qk_norm == QkNorm::kFull) {
+    ops::RmsNorm(q_.data(), total, qd, lw.q_norm.data(), c.rms_norm_eps, q_.data());
+    ops::RmsNorm(k_.data(), total, kvd, lw.k_norm.data(), c.rms_norm_eps, k_.data());
+  }
+  ops::ApplyRope(q_.data(), total, c.num_heads, c.head_dim, positions_.data(), inv_freq_,
+                 c.rope_style);
+  ops::ApplyRope(k_.data(), total, c.num_kv_heads, c.head_dim, positions_.data(), inv_freq_,
+                 c.rope_style);
+
+  const ops::PagedKvLayer layer = kv_->Layer(l);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  int64_t tok = 0;
+  for (const SequenceChunk& s : batch) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    const int32_t* table = kv_->BlockTable(s.seq_id).data();
+    ops::WriteKv(layer, table, s.start_pos, n, k_.data() + tok * kvd, v_.data() + tok * kvd);
+    ops::AttendSequence(q_.data() + tok * qd, n, c.num_heads, layer, table, s.start_pos, scale,
+                        attn_.data() + tok * qd);
+    tok += n;
+  }
+  ops::Linear(attn_.data(), total, lw.o, nullptr, out_.data());
+}
+
+void Engine::DenseMlp(const MlpWeights& m, const float* h, int64_t rows, float* out) {
+  const int64_t ffn = m.gate.rows();
+  Grow(gate_, rows * ffn);
+  Grow(up_, rows * ffn);
+  ops::Linear(h, rows, m.gate, nullptr, gate_.data());
+  ops::Linear(h, rows, m.up, nullptr, up_.data());
+  ops::SwiGlu(gate_.data(), up_.data(), rows * ffn, gate_.data());
+  ops::Linear(gate_.data(), rows, m.down, nullptr, out);
+}
+
+// Routed experts (+ the shared expert): reads h_, writes out_. Each expert
+// runs once over all the tokens routed to it.
+void Engine::Moe(const LayerWeights& lw, int64_t rows) {
+  const ModelConfig& c = config();
+  const int64_t hidden = c.hidden_size, experts = c.num_experts, k = c.num_experts_per_tok;
+  Grow(router_logits_, rows * experts);
+  route_ids_.resize(static_cast<size_t>(rows * k));
+  Grow(route_w_, rows * k);
+  ops::Linear(h_.data(), rows, lw.router, nullptr, router_logits_.data());
+  ops::RouteTopK(router_logits_.data(), rows, experts, k, c.norm_topk_prob, route_ids_.data(),
+                 route_w_.data());
+
+  std::fill_n(out_.data(), rows * hidden, 0.0f);
+  Grow(ex_in_, rows * hidden);
+  Grow(ex_out_, rows * hidden);
+  std::vector<int64_t> token_of;
+  std::vector<float> weight_of;
+  for (int64_t e = 0; e < experts; ++e) {
+    token_of.clear();
+    weight_of.clear();
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t j = 0; j < k; ++j) {
+        if (route_ids_[static_cast<size_t>(t * k + j)] == e) {
+          token_of.push_back(t);
+          weight_of.push_back(route_w_[static_cast<size_t>(t * k + j)]);
+        }
+      }
+    }
+    if (token_of.empty()) continue;
+    const int64_t n = static_cast<int64_t>(token_of.size());
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(h_.data() + token_of[i] * hidden, hidden, ex_in_.data() + i * hidden);
+    }
+    DenseMlp(lw.experts[static_cast<size_t>(e)], ex_in_.data(), n, ex_out_.data());
+    for (int64_t i = 0; i < n; ++i) {
+      ops::AddScaled(ex_out_.data() + i * hidden, weight_of[i], hidden,
+                     out_.data() + token_of[i] * hidden);
+    }
+  }
+
+  if (lw.has_shared_expert) {
+    DenseMlp(lw.shared, h_.data(), rows, ex_out_.data());
+    for (int64_t t = 0; t < rows; ++t) {
+      const float* ht = h_.data() + t * hidden;
+      double dot = 0;
+      for (int64_t i = 0; i < hidden; ++i) dot += static_cast<double>(ht[i]) * lw.shared_gate[i];
+      const float g = 1.0f / (1.0f + std::exp(-static_cast<float>(dot)));
+      ops::AddScaled(ex_out_.data() + t * hidden, g, hidden, out_.data() + t * hidden);
+    }
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,102 @@
+// The engine: runs one step of the model over a ragged batch — several
+// sequences, each contributing a chunk of consecutive tokens at its own
+// position (prefill chunks and single decode tokens mixed) — against a paged
+// KV cache, on the host device (CPU kernels of cpu_worker/ops).
+#ifndef TANDEM_GPU_WORKER_ENGINE_ENGINE_H_
+#define TANDEM_GPU_WORKER_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/checkpoint.h"
+#include "cpu_worker/ops/linear.h"
+#include "gpu_worker/engine/kv_cache.h"
+#include "gpu_worker/engine/model_weights.h"
+
+namespace tandem {
+
+struct EngineOptions {
+  ops::ComputeType compute = ops::ComputeType::kBF16;  // honoured for bf16 checkpoints only
+  int64_t max_context = 0;   // tokens per sequence; 0 = min(model max, 8192)
+  int64_t max_sequences = 4;  // sequences whose KV fits at full context at once
+  int64_t block_size = 16;
+};
+
+// One sequence's part of a step.
+struct SequenceChunk {
+  int64_t seq_id = 0;
+  std::vector<int32_t> tokens;  // this step's tokens, at positions start_pos...
+  int64_t start_pos = 0;        // must not exceed the tokens already in the cache
+  bool all_logits = false;      // logits for every token (scoring), else the last only
+};
+
+struct StepResult {
+  std::vector<float> logits;        // [rows, vocab]
+  std::vector<int64_t> first_row;   // per chunk: its first row in `logits`
+  std::vector<int64_t> num_rows;    // per chunk: 1, or its token count if all_logits
+  int64_t vocab = 0;
+  const float* Row(size_t chunk, int64_t i = -1) const {
+    const int64_t r = i < 0 ? first_row[chunk] + num_rows[chunk] - 1 : first_row[chunk] + i;
+    return logits.data() + r * vocab;
+  }
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<Checkpoint> ckpt,
+                                                        const EngineOptions& options);
+
+  // Runs the model over the batch and returns logits. Validates every chunk
+  // (ids in range, positions contiguous with the cache, no duplicate
+  // sequence, context limit) before touching any state; KV exhaustion is
+  // ResourceExhausted.
+  absl::StatusOr<StepResult> Step(const std::vector<SequenceChunk>& batch);
+
+  // Forgets a sequence and returns its KV blocks.
+  void FreeSequence(int64_t seq_id);
+  // Tokens of the sequence held in the cache (0 if unknown).
+  int64_t SequenceLength(int64_t seq_id) const;
+
+  const ModelConfig& config() const { return ckpt_->config(); }
+  const Checkpoint& checkpoint() const { return *ckpt_; }
+  int64_t max_context() const { return max_context_; }
+  ops::ComputeType compute_type() const { return weights_.lm_head.compute_type(); }
+
+ private:
+  Engine() = default;
+  absl::Status Validate(const std::vector<SequenceChunk>& batch) const;
+  void Attention(int64_t layer, const std::vector<SequenceChunk>& batch);
+  void DenseMlp(const MlpWeights& m, const float* h, int64_t rows, float* out);
+  void Moe(const LayerWeights& l, int64_t rows);
+
+  std::unique_ptr<Checkpoint> ckpt_;
+  ModelWeights weights_;
+  std::unique_ptr<KvCache> kv_;
+  std::vector<float> inv_freq_;
+  int64_t max_context_ = 0;
+  absl::flat_hash_map<int64_t, int64_t> seq_len_;
+
+  // Scratch reused across steps. T = tokens in the step.
+  std::vector<float> x_;      // [T, hidden] residual stream
+  std::vector<float> h_;      // [T, hidden] normalised input of a sublayer
+  std::vector<float> q_;      // [T, q_dim]
+  std::vector<float> k_;      // [T, kv_dim]
+  std::vector<float> v_;      // [T, kv_dim]
+  std::vector<float> attn_;   // [T, q_dim]
+  std::vector<float> out_;    // [T, hidden] sublayer output
+  std::vector<float> gate_;   // [rows, ffn]
+  std::vector<float> up_;     // [rows, ffn]
+  std::vector<float> ex_in_;  // [rows, hidden] tokens gathered for one expert
+  std::vector<float> ex_out_; // [rows, hidden]
+  std::vector<float> router_logits_;  // [T, experts]
+  std::vector<int32_t> route_ids_;    // [T, top_k]
+  std::vector<float> route_w_;        // [T, top_k]
+  std::vector<int64_t> positions_;    // [T]
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_GPU_WORKER_ENGINE_ENGINE_H_

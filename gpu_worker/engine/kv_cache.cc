@@ -1,0 +1,83 @@
+#include "gpu_worker/engine/kv_cache.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace tandem {
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t num_layers, int64_t kv_heads,
+                                                         int64_t head_dim, int64_t num_blocks,
+                                                         int64_t block_size) {
+  if (num_layers <= 0 || kv_heads <= 0 || head_dim <= 0 || num_blocks <= 0 || block_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache dimensions must be positive: layers=", num_layers, " kv_heads=", kv_heads,
+        " head_dim=", head_dim, " blocks=", num_blocks, " block_size=", block_size));
+  }
+  const int64_t elems = num_layers * num_blocks * block_size * kv_heads * head_dim;
+  if (elems > (int64_t{1} << 36)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache of ", elems * 8, " bytes is too large"));
+  }
+  auto kv = std::unique_ptr<KvCache>(new KvCache());
+  kv->num_layers_ = num_layers;
+  kv->kv_heads_ = kv_heads;
+  kv->head_dim_ = head_dim;
+  kv->num_blocks_ = num_blocks;
+  kv->block_size_ = block_size;
+  kv->k_.assign(static_cast<size_t>(elems), 0.0f);
+  kv->v_.assign(static_cast<size_t>(elems), 0.0f);
+  kv->free_.reserve(static_cast<size_t>(num_blocks));
+  // Hand out low block ids first.
+  for (int64_t b = num_blocks - 1; b >= 0; --b) kv->free_.push_back(static_cast<int32_t>(b));
+  return kv;
+}
+
+absl::Status KvCache::Reserve(int64_t seq_id, int64_t new_length) {
+  auto& table = seqs_[seq_id];
+  const int64_t need = (new_length + block_size_ - 1) / block_size_;
+  const int64_t have = static_cast<int64_t>(table.size());
+  if (need <= have) return absl::OkStatus();
+  if (need - have > free_blocks()) {
+    if (table.empty()) seqs_.erase(seq_id);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache full: sequence ", seq_id, " needs ", need - have,
+                     " more blocks of ", block_size_, " tokens, ", free_.size(), " free"));
+  }
+  for (int64_t i = have; i < need; ++i) {
+    table.push_back(free_.back());
+    free_.pop_back();
+  }
+  return absl::OkStatus();
+}
+
+void KvCache::Free(int64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) return;
+  for (auto it2 = it->second.rbegin(); it2 != it->second.rend(); ++it2) free_.push_back(*it2);
+  seqs_.erase(it);
+}
+
+int64_t KvCache::Capacity(int64_t seq_id) const {
+  auto it = seqs_.find(seq_id);
+  return it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.size()) * block_size_;
+}
+
+const std::vector<int32_t>& KvCache::BlockTable(int64_t seq_id) const {
+  auto it = seqs_.find(seq_id);
+  TANDEM_CHECK(it != seqs_.end());
+  return it->second;
+}
+
+ops::PagedKvLayer KvCache::Layer(int64_t layer) const {
+  TANDEM_CHECK(layer >= 0 && layer < num_layers_);
+  const int64_t per_layer = num_blocks_ * block_size_ * kv_heads_ * head_dim_;
+  ops::PagedKvLayer l;
+  l.k = const_cast<float*>(k_.data()) + layer * per_layer;
+  l.v = const_cast<float*>(v_.data()) + layer * per_layer;
+  l.block_size = block_size_;
+  l.kv_heads = kv_heads_;
+  l.head_dim = head_dim_;
+  return l;
+}
+
+}  // namespace tandem

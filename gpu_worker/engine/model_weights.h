@@ -1,0 +1,52 @@
+// The engine's view of a checkpoint's weights, ready for the host kernels:
+// linear layers in their GEMM compute dtype (in place where possible), small
+// vectors (norms, biases) as f32.
+#ifndef TANDEM_GPU_WORKER_ENGINE_MODEL_WEIGHTS_H_
+#define TANDEM_GPU_WORKER_ENGINE_MODEL_WEIGHTS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/checkpoint.h"
+#include "cpu_worker/ops/linear.h"
+
+namespace tandem {
+
+struct MlpWeights {
+  ops::LinearWeight gate;  // [ffn, hidden]
+  ops::LinearWeight up;    // [ffn, hidden]
+  ops::LinearWeight down;  // [hidden, ffn]
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [hidden]
+  ops::LinearWeight q, k, v;     // [q_dim|kv_dim, hidden]
+  std::vector<float> q_bias, k_bias, v_bias;  // empty unless qkv_bias
+  std::vector<float> q_norm, k_norm;          // empty unless qk_norm
+  ops::LinearWeight o;           // [hidden, q_dim]
+  std::vector<float> ffn_norm;   // [hidden]
+
+  bool moe = false;
+  MlpWeights mlp;                // dense layers
+  ops::LinearWeight router;      // [experts, hidden], always f32
+  std::vector<MlpWeights> experts;
+  bool has_shared_expert = false;
+  MlpWeights shared;
+  std::vector<float> shared_gate;  // [hidden]: sigmoid(h . shared_gate) scales the shared expert
+};
+
+struct ModelWeights {
+  TensorView token_embd;         // [vocab, hidden], stored dtype, in the mapping
+  std::vector<float> output_norm;  // [hidden]
+  ops::LinearWeight lm_head;     // [vocab, hidden] (the embeddings when tied)
+  std::vector<LayerWeights> layers;
+
+  // `prefer` is the GEMM dtype wished for; bf16 is used for bf16 checkpoints
+  // on CPUs with AVX512-BF16, f32 otherwise.
+  static absl::StatusOr<ModelWeights> Load(const Checkpoint& ckpt, ops::ComputeType prefer);
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_GPU_WORKER_ENGINE_MODEL_WEIGHTS_H_

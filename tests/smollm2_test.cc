@@ -1,0 +1,104 @@
+// End-to-end checks on the real default model, SmolLM2-135M-Instruct (GGUF,
+// Q4_1), against transformers loading the same file (goldens made by
+// tests/golden/make_smollm2_goldens.py): the tokenizer's ids for a passage,
+// the passage's mean log-likelihood (within 1%), and a greedy chat answer.
+// deploy/test.sh fetches the model and sets TANDEM_SMOLLM2_GGUF.
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/checkpoint.h"
+#include "common/tokenizer/tokenizer.h"
+#include "gpu_worker/engine/engine.h"
+#include "gpu_worker/engine/generator.h"
+#include "cpu_worker/ops/sampling.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class SmolLM2 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const char* path = std::getenv("TANDEM_SMOLLM2_GGUF");
+    ASSERT_NE(path, nullptr) << "TANDEM_SMOLLM2_GGUF is not set: run deploy/test.sh, or set it "
+                                "to the path deploy/fetch_model.sh prints";
+    auto ckpt = Checkpoint::Open(path);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    auto tok = Tokenizer::FromGguf(*(*ckpt)->gguf());
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tokenizer_ = tok->release();
+    EngineOptions o;
+    o.max_context = 1024;
+    o.max_sequences = 2;
+    auto engine = Engine::Create(std::move(*ckpt), o);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = engine->release();
+    golden_ = nlohmann::json::parse(ReadFile(std::string(TANDEM_TESTDATA_DIR) +
+                                             "/smollm2/golden.json"));
+  }
+  static void TearDownTestSuite() {
+    delete engine_;
+    delete tokenizer_;
+  }
+  void SetUp() override {
+    if (engine_ == nullptr) GTEST_FAIL() << "model did not load";
+  }
+
+  static Tokenizer* tokenizer_;
+  static Engine* engine_;
+  static nlohmann::json golden_;
+};
+
+Tokenizer* SmolLM2::tokenizer_ = nullptr;
+Engine* SmolLM2::engine_ = nullptr;
+nlohmann::json SmolLM2::golden_;
+
+TEST_F(SmolLM2, PassageTokenizesAsTransformers) {
+  const std::string passage = ReadFile(std::string(TANDEM_TESTDATA_DIR) + "/smollm2/passage.txt");
+  const auto ids = tokenizer_->Encode(passage, /*add_bos=*/true, /*parse_special=*/true);
+  EXPECT_EQ(ids, golden_["passage_ids"].get<std::vector<int32_t>>());
+}
+
+TEST_F(SmolLM2, PassageLogLikelihoodWithinOnePercent) {
+  const auto ids = golden_["passage_ids"].get<std::vector<int32_t>>();
+  SequenceChunk chunk{7, ids, 0, true};
+  auto r = engine_->Step({chunk});
+  ASSERT_TRUE(r.ok()) << r.status();
+  double sum = 0;
+  for (size_t i = 0; i + 1 < ids.size(); ++i) {
+    sum += ops::LogProb(r->Row(0, static_cast<int64_t>(i)), r->vocab, ids[i + 1]);
+  }
+  engine_->FreeSequence(7);
+  const double mean = sum / static_cast<double>(ids.size() - 1);
+  const double want = golden_["mean_logprob"].get<double>();
+  std::printf("mean log-likelihood: tandem %.6f transformers %.6f\n", mean, want);
+  EXPECT_LT(std::fabs(mean - want), 0.01 * std::fabs(want));
+}
+
+TEST_F(SmolLM2, GreedyChatAnswerMatchesTransformers) {
+  const auto prompt = golden_["chat_prompt_ids"].get<std::vector<int32_t>>();
+  const auto want = golden_["chat_greedy"].get<std::vector<int32_t>>();
+  GenerationParams p;
+  p.max_tokens = static_cast<int64_t>(want.size());
+  p.ignore_eos = true;
+  auto r = Generate(*engine_, 8, prompt, p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<int32_t> got;
+  for (const auto& t : r->tokens) got.push_back(t.id);
+  std::printf("tandem: %s\n", tokenizer_->Decode(got).c_str());
+  EXPECT_EQ(got, want);
+}
+
+}  // namespace
+}  // namespace tandem
