@@ -15,8 +15,8 @@ namespace {
 // One query head against keys 0 .. len-1 of kv head `kvh`. `scores` has room
 // for `len` floats. out [head_dim].
 __attribute__((target_clones("avx512f", "avx2", "default"))) void AttendOneHead(
-    const float* q, const PagedKvLayer& kv, const int32_t* block_table, int64_t kvh,
-    int64_t len, float scale, float* scores, float* out) {
+    const float* q, const PagedKvLayer& kv, const int32_t* block_table, int64_t kvh, int64_t len,
+    float scale, float* scores, float* out) {
   const int64_t hd = kv.head_dim;
   const int64_t bs = kv.block_size;
   const int64_t row_stride = kv.kv_heads * hd;  // between token slots
@@ -105,9 +105,9 @@ void AttendSequence(const float* q, int64_t n, int64_t heads, const PagedKvLayer
   }
 }
 
-void ReferenceAttention(const float* q, int64_t n, int64_t heads, const float* k,
-                        const float* v, int64_t kv_heads, int64_t head_dim, int64_t first_pos,
-                        float scale, float* out) {
+void ReferenceAttention(const float* q, int64_t n, int64_t heads, const float* k, const float* v,
+                        int64_t kv_heads, int64_t head_dim, int64_t first_pos, float scale,
+                        float* out) {
   const int64_t group = heads / kv_heads;
   std::vector<double> s;
   for (int64_t t = 0; t < n; ++t) {

@@ -31,8 +31,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void RmsNormRow(
   for (int64_t i = 0; i < dim; ++i) out[i] = w[i] * (x[i] * r);
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void SwiGluRange(
-    const float* gate, const float* up, int64_t n, float* out) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void SwiGluRange(const float* gate,
+                                                                              const float* up,
+                                                                              int64_t n,
+                                                                              float* out) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
@@ -40,8 +42,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void SwiGluRange(
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void AddScaledRange(
-    const float* x, float scale, int64_t n, float* y) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void AddScaledRange(const float* x,
+                                                                                 float scale,
+                                                                                 int64_t n,
+                                                                                 float* y) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] += x[i] * scale;
 }
@@ -64,8 +68,7 @@ void ForChunks(int64_t n, Fn fn) {
 
 }  // namespace
 
-void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
-             float* out) {
+void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* out) {
   TANDEM_CHECK(rows >= 0 && dim > 0);
 #pragma omp parallel for schedule(static) if (rows * dim > kParallelElems && rows > 1)
   for (int64_t r = 0; r < rows; ++r) RmsNormRow(x + r * dim, dim, w, eps, out + r * dim);
@@ -93,9 +96,8 @@ void EmbeddingLookup(const TensorView& table, const int32_t* ids, int64_t n, flo
 
 void AddScaled(const float* x, float scale, int64_t n, float* y) {
   TANDEM_CHECK(n >= 0);
-  ForChunks(n, [&](int64_t begin, int64_t len) {
-    AddScaledRange(x + begin, scale, len, y + begin);
-  });
+  ForChunks(n,
+            [&](int64_t begin, int64_t len) { AddScaledRange(x + begin, scale, len, y + begin); });
 }
 
 }  // namespace tandem::ops

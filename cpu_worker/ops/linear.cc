@@ -1,7 +1,7 @@
 #include "cpu_worker/ops/linear.h"
 
 #include <algorithm>
-#include <cstring>
+#include <bit>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,6 +12,7 @@
 #include "common/dtype.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
+#include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/onednn_matmul.h"
 
 namespace tandem::ops {
@@ -22,11 +23,12 @@ constexpr int64_t kParallelElems = 1 << 16;
 
 // f32 -> bf16, round to nearest even, NaN kept quiet: the same result as
 // F32ToBf16 but branch-free so that it vectorises.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void F32ToBf16Range(
-    const float* src, int64_t n, uint16_t* dst) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void F32ToBf16Range(const float* src,
+                                                                                 int64_t n,
+                                                                                 uint16_t* dst) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, &src[i], 4);
+    const uint32_t u = std::bit_cast<uint32_t>(src[i]);
     const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     const uint32_t quiet = (u >> 16) | 0x40u;
     dst[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
@@ -58,28 +60,25 @@ void ConvertRowsToF32(DType t, const void* src, int64_t n, int64_t k, float* dst
 
 absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeType prefer) {
   if (w.rank() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("linear weight '", w.name,
-                                                   "' must be 2-D, got shape ",
-                                                   ShapeString(w.shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("linear weight '", w.name, "' must be 2-D, got shape ", ShapeString(w.shape)));
   }
   const int64_t n = w.dim(0), k = w.dim(1);
   if (n <= 0 || k <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("linear weight '", w.name,
-                                                   "' has an empty shape ",
-                                                   ShapeString(w.shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("linear weight '", w.name, "' has an empty shape ", ShapeString(w.shape)));
   }
   if (w.data == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("linear weight '", w.name, "' has no data"));
   }
   if (w.dtype == DType::kI32) {
-    return absl::InvalidArgumentError(absl::StrCat("linear weight '", w.name,
-                                                   "' has unsupported dtype ",
-                                                   std::string(DTypeName(w.dtype))));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "linear weight '", w.name, "' has unsupported dtype ", std::string(DTypeName(w.dtype))));
   }
   if (k % DTypeBlockElems(w.dtype) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "linear weight '", w.name, "' of dtype ", std::string(DTypeName(w.dtype)),
-        ": row length ", k, " is not a whole number of blocks"));
+    return absl::InvalidArgumentError(absl::StrCat("linear weight '", w.name, "' of dtype ",
+                                                   std::string(DTypeName(w.dtype)), ": row length ",
+                                                   k, " is not a whole number of blocks"));
   }
   TANDEM_ASSIGN_OR_RETURN(const int64_t bytes, DTypeBytes(w.dtype, n * k));
   if (w.nbytes != 0 && w.nbytes < bytes) {
@@ -112,9 +111,15 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
   TANDEM_CHECK(w.data() != nullptr);
   TANDEM_CHECK(m >= 0);
   if (m == 0) return;
+  const bool bf16 = w.compute_type() == ComputeType::kBF16;
+  if (m <= (bf16 ? internal::kSmallBatchMaxRowsBf16 : internal::kSmallBatchMaxRowsF32)) {
+    // Decode-sized batches: stream the in-place weight once (oneDNN would
+    // repack it on every call).
+    internal::SmallBatchLinear(x, m, w.data(), bf16, w.rows(), w.cols(), bias, y);
+    return;
+  }
   if (w.compute_type() == ComputeType::kF32) {
-    internal::OnednnMatmul(x, m, w.data(), w.rows(), w.cols(), bias, internal::MatmulType::kF32,
-                           y);
+    internal::OnednnMatmul(x, m, w.data(), w.rows(), w.cols(), bias, internal::MatmulType::kF32, y);
     return;
   }
   thread_local std::vector<uint16_t> xb;

@@ -4,6 +4,11 @@
 // and dequantized GGUF blocks), so f32 checkpoints compute exactly in f32.
 // GEMMs run through oneDNN; Reference* functions are the plain loops every
 // fast path is tested against.
+// Decode-sized batches (up to 8 rows for f32 weights, 4 for bf16) take a
+// kernel that streams the in-place weight once, since oneDNN 2.6 repacks an
+// in-place [N, K] weight on every call; it multiplies f32 activations by the
+// exactly widened weights. Larger bf16 batches round activations to bf16 and
+// run on oneDNN's AVX512-BF16/AMX kernels (f32 accumulation either way).
 #ifndef TANDEM_CPU_WORKER_OPS_LINEAR_H_
 #define TANDEM_CPU_WORKER_OPS_LINEAR_H_
 

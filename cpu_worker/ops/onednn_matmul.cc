@@ -106,8 +106,8 @@ ThreadState& GetThreadState() {
 
 }  // namespace
 
-void OnednnMatmul(const void* x, int64_t m, const void* w, int64_t n, int64_t k,
-                  const float* bias, MatmulType type, float* y) {
+void OnednnMatmul(const void* x, int64_t m, const void* w, int64_t n, int64_t k, const float* bias,
+                  MatmulType type, float* y) {
   TANDEM_CHECK(m >= 0 && n > 0 && k > 0);
   TANDEM_CHECK(x != nullptr || m == 0);
   TANDEM_CHECK(w != nullptr && y != nullptr);
@@ -135,8 +135,8 @@ void OnednnMatmul(const void* x, int64_t m, const void* w, int64_t n, int64_t k,
                                 eng, ts.scratchpad.data()));
     }
     if (bias != nullptr) {
-      args.emplace(DNNL_ARG_BIAS, dnnl::memory({{1, n}, dt::f32, tag::ab}, eng,
-                                               const_cast<float*>(bias)));
+      args.emplace(DNNL_ARG_BIAS,
+                   dnnl::memory({{1, n}, dt::f32, tag::ab}, eng, const_cast<float*>(bias)));
     }
     entry->prim.execute(*ts.stream, args);
     ts.stream->wait();

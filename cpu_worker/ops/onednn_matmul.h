@@ -16,8 +16,8 @@ enum class MatmulType { kF32, kBF16 };
 // cached per (m, n, k, type, bias); execution uses a thread-local scratchpad,
 // so concurrent calls from several threads are safe. A oneDNN error here is
 // an internal invariant violation (shapes are validated by the callers).
-void OnednnMatmul(const void* x, int64_t m, const void* w, int64_t n, int64_t k,
-                  const float* bias, MatmulType type, float* y);
+void OnednnMatmul(const void* x, int64_t m, const void* w, int64_t n, int64_t k, const float* bias,
+                  MatmulType type, float* y);
 
 // Number of cached primitives (for tests of the cache bound).
 size_t OnednnMatmulCacheSize();

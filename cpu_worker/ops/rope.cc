@@ -7,9 +7,8 @@
 #include "common/status_macros.h"
 
 // Every expression here is evaluated in f32 in the order transformers
-// evaluates it. This file must not be compiled with FMA contraction
-// (baseline x86-64 has no FMA, and we set no -march), or results would
-// differ from torch's by an ulp now and then.
+// evaluates it. The file is compiled with -ffp-contract=off: fused a*b+c
+// would differ from torch's results by an ulp now and then.
 
 namespace tandem::ops {
 namespace {
@@ -24,7 +23,8 @@ std::vector<float> DefaultInvFreq(int64_t dim, float theta) {
   const float fdim = static_cast<float>(dim);
   for (int64_t i = 0; i < dim / 2; ++i) {
     const float e = static_cast<float>(2 * i) / fdim;
-    const float p = static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(e)));
+    const float p =
+        static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(e)));
     inv[static_cast<size_t>(i)] = 1.0f / p;
   }
   return inv;

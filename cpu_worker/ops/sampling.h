@@ -25,9 +25,17 @@ class Sampler {
   int32_t Sample(const float* logits, int64_t vocab);
 
  private:
+  // Uniform double in [0, 1) from 53 bits of the generator.
+  double Uniform();
+  // One draw from unnormalised weights [n].
+  int32_t Draw(const float* weights, int64_t n);
+  // Fills scratch_ with the top-p nucleus of weights_ (unordered).
+  void TopP();
+
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> scratch_;
+  std::vector<std::pair<float, int32_t>> scratch_;  // candidates (weight, token)
+  std::vector<float> weights_;                      // [vocab] exp(logit / T - max)
 };
 
 // log_softmax(logits)[token] computed in double for stability.

@@ -32,6 +32,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
   TANDEM_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Load(*ckpt, options.compute));
   e->max_context_ = options.max_context > 0 ? options.max_context
                                             : std::min<int64_t>(c.max_position, 8192);
+  // Sliding-window attention equals full attention while a sequence fits in
+  // the window; the engine attends fully, so it stops at the window.
+  if (c.sliding_window > 0) e->max_context_ = std::min(e->max_context_, c.sliding_window);
   const int64_t blocks_per_seq = (e->max_context_ + options.block_size - 1) / options.block_size;
   TANDEM_ASSIGN_OR_RETURN(
       e->kv_, KvCache::Create(c.num_layers, c.num_kv_heads, c.head_dim,
@@ -187,7 +190,8 @@ void Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batch) {
                         attn_.data() + tok * qd);
     tok += n;
   }
-  ops::Linear(attn_.data(), total, lw.o, nullptr, out_.data());
+  ops::Linear(attn_.data(), total, lw.o, lw.o_bias.empty() ? nullptr : lw.o_bias.data(),
+              out_.data());
 }
 
 void Engine::DenseMlp(const MlpWeights& m, const float* h, int64_t rows, float* out) {

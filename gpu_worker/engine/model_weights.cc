@@ -63,6 +63,9 @@ absl::StatusOr<LayerWeights> LoadLayer(const Checkpoint& ckpt, int64_t i,
     TANDEM_ASSIGN_OR_RETURN(l.k_bias, LoadVector(ckpt, p + "attn_k.bias", c.kv_dim()));
     TANDEM_ASSIGN_OR_RETURN(l.v_bias, LoadVector(ckpt, p + "attn_v.bias", c.kv_dim()));
   }
+  if (c.attn_output_bias) {
+    TANDEM_ASSIGN_OR_RETURN(l.o_bias, LoadVector(ckpt, p + "attn_output.bias", c.hidden_size));
+  }
   if (c.qk_norm != QkNorm::kNone) {
     const bool full = c.qk_norm == QkNorm::kFull;
     TANDEM_ASSIGN_OR_RETURN(

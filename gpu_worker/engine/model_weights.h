@@ -25,6 +25,7 @@ struct LayerWeights {
   std::vector<float> q_bias, k_bias, v_bias;  // empty unless qkv_bias
   std::vector<float> q_norm, k_norm;          // empty unless qk_norm
   ops::LinearWeight o;           // [hidden, q_dim]
+  std::vector<float> o_bias;     // empty unless attn_output_bias
   std::vector<float> ffn_norm;   // [hidden]
 
   bool moe = false;

@@ -1,0 +1,374 @@
+#include "cpu_worker/ops/linear.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <ostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/quant.h"
+#include "cpu_worker/ops/cpu_features.h"
+#include "cpu_worker/ops/gemv.h"
+#include "cpu_worker/ops/onednn_matmul.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+
+void PrintTo(DType t, std::ostream* os) { *os << DTypeName(t); }
+
+namespace ops {
+namespace {
+
+uint32_t FreshSeed() { return std::random_device{}(); }
+
+std::vector<float> RandomVec(std::mt19937& rng, int64_t n, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+TensorView View(DType t, std::vector<int64_t> shape, const void* data, int64_t nbytes) {
+  TensorView v;
+  v.name = "w";
+  v.dtype = t;
+  v.shape = std::move(shape);
+  v.data = data;
+  v.nbytes = nbytes;
+  return v;
+}
+
+// Compares y against a double-accumulated reference on the given f32 inputs.
+// The allowed error of each element scales with sum_l |x_il * w_jl|, the
+// magnitude the accumulation works at.
+void ExpectClose(const std::vector<float>& x, int64_t m, const std::vector<float>& w, int64_t n,
+                 int64_t k, const float* bias, const std::vector<float>& y, double rel_tol,
+                 const std::string& what) {
+  std::vector<float> ref(static_cast<size_t>(m * n));
+  ReferenceLinear(x.data(), m, w.data(), n, k, bias, ref.data());
+  int failures = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double mag = bias != nullptr ? std::fabs(bias[j]) : 0.0;
+      for (int64_t l = 0; l < k; ++l) mag += std::fabs(double{x[i * k + l]} * w[j * k + l]);
+      const double err = std::fabs(double{y[i * n + j]} - ref[i * n + j]);
+      if (err > rel_tol * mag + 1e-30 && failures++ < 5) {
+        ADD_FAILURE() << what << ": y[" << i << ", " << j << "] = " << y[i * n + j]
+                      << ", reference " << ref[i * n + j] << ", error " << err << " > " << rel_tol
+                      << " * " << mag;
+      }
+    }
+  }
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+const Shape kShapes[] = {{1, 1, 1},      {1, 7, 5},      {3, 33, 45}, {17, 96, 130},
+                         {64, 257, 200}, {1, 300, 1030}, {5, 64, 96}, {64, 48, 16}};
+
+TEST(LinearTest, F32MatchesReference) {
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  for (const Shape& s : kShapes) {
+    for (bool with_bias : {false, true}) {
+      const std::string what =
+          absl::StrCat("f32 m=", s.m, " n=", s.n, " k=", s.k, with_bias ? " bias" : "");
+      auto x = RandomVec(rng, s.m * s.k);
+      auto w = RandomVec(rng, s.n * s.k);
+      auto b = RandomVec(rng, s.n);
+      auto lw = LinearWeight::Create(View(DType::kF32, {s.n, s.k}, w.data(), s.n * s.k * 4),
+                                     ComputeType::kF32);
+      ASSERT_TRUE(lw.ok()) << lw.status();
+      EXPECT_EQ(lw->compute_type(), ComputeType::kF32);
+      EXPECT_EQ(lw->data(), w.data()) << "f32 weights are used in place";
+      EXPECT_EQ(lw->rows(), s.n);
+      EXPECT_EQ(lw->cols(), s.k);
+      std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
+      Linear(x.data(), s.m, *lw, with_bias ? b.data() : nullptr, y.data());
+      ExpectClose(x, s.m, w, s.n, s.k, with_bias ? b.data() : nullptr, y, 1e-5, what);
+    }
+  }
+}
+
+TEST(LinearTest, F32CheckpointStaysF32WhenBf16Preferred) {
+  std::vector<float> w(4 * 8, 1.0f);
+  auto lw =
+      LinearWeight::Create(View(DType::kF32, {4, 8}, w.data(), 4 * 8 * 4), ComputeType::kBF16);
+  ASSERT_TRUE(lw.ok());
+  EXPECT_EQ(lw->compute_type(), ComputeType::kF32);
+  EXPECT_EQ(lw->data(), w.data());
+}
+
+TEST(LinearTest, Bf16MatchesReference) {
+  if (!CpuHasBf16()) GTEST_SKIP() << "no AVX512-BF16 here (or TANDEM_CPU_ISA=f32)";
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  for (const Shape& s : kShapes) {
+    for (bool with_bias : {false, true}) {
+      const std::string what =
+          absl::StrCat("bf16 m=", s.m, " n=", s.n, " k=", s.k, with_bias ? " bias" : "");
+      auto x = RandomVec(rng, s.m * s.k);
+      auto wf = RandomVec(rng, s.n * s.k);
+      auto b = RandomVec(rng, s.n);
+      std::vector<uint16_t> wb(wf.size());
+      std::vector<float> w_rounded(wf.size());  // the bf16 weights as f32
+      for (size_t i = 0; i < wf.size(); ++i) {
+        wb[i] = F32ToBf16(wf[i]);
+        w_rounded[i] = Bf16ToF32(wb[i]);
+      }
+      auto lw = LinearWeight::Create(View(DType::kBF16, {s.n, s.k}, wb.data(), s.n * s.k * 2),
+                                     ComputeType::kBF16);
+      ASSERT_TRUE(lw.ok()) << lw.status();
+      ASSERT_EQ(lw->compute_type(), ComputeType::kBF16);
+      EXPECT_EQ(lw->data(), wb.data()) << "bf16 weights are used in place";
+      std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
+      const float* bias = with_bias ? b.data() : nullptr;
+      Linear(x.data(), s.m, *lw, bias, y.data());
+      // Against the exact product of the f32 activations: bf16 rounding of x.
+      ExpectClose(x, s.m, w_rounded, s.n, s.k, bias, y, 1e-2, what);
+      // Tightly, against the product the kernel actually forms: oneDNN
+      // (larger batches) rounds the activations to bf16, the small-batch
+      // kernel keeps them f32. Only f32 accumulation error remains.
+      std::vector<float> x_used = x;
+      if (s.m > internal::kSmallBatchMaxRowsBf16) {
+        for (auto& v : x_used) v = Bf16ToF32(F32ToBf16(v));
+      }
+      ExpectClose(x_used, s.m, w_rounded, s.n, s.k, bias, y, 1e-5,
+                  absl::StrCat(what, " (activations as the kernel uses them)"));
+    }
+  }
+}
+
+TEST(LinearTest, Bf16CheckpointConvertedWhenF32Preferred) {
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  const int64_t n = 19, k = 70, m = 3;
+  auto wf = RandomVec(rng, n * k);
+  std::vector<uint16_t> wb(wf.size());
+  std::vector<float> w_rounded(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) {
+    wb[i] = F32ToBf16(wf[i]);
+    w_rounded[i] = Bf16ToF32(wb[i]);
+  }
+  auto lw =
+      LinearWeight::Create(View(DType::kBF16, {n, k}, wb.data(), n * k * 2), ComputeType::kF32);
+  ASSERT_TRUE(lw.ok()) << lw.status();
+  ASSERT_EQ(lw->compute_type(), ComputeType::kF32);
+  EXPECT_NE(lw->data(), static_cast<const void*>(wb.data()));
+  const auto* conv = static_cast<const float*>(lw->data());
+  for (size_t i = 0; i < wf.size(); ++i) ASSERT_EQ(conv[i], w_rounded[i]) << i;
+  auto x = RandomVec(rng, m * k);
+  std::vector<float> y(static_cast<size_t>(m * n));
+  Linear(x.data(), m, *lw, nullptr, y.data());
+  ExpectClose(x, m, w_rounded, n, k, nullptr, y, 1e-5, "bf16 checkpoint, f32 compute");
+}
+
+// Every stored dtype that is not the compute dtype is converted once at
+// load; the GEMM then matches the reference on the converted f32 weights.
+class LinearConvertedTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(LinearConvertedTest, MatchesReferenceOnDequantizedWeights) {
+  const DType t = GetParam();
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed, " dtype ", std::string(DTypeName(t))));
+  std::mt19937 rng(seed);
+  for (const Shape& s : {Shape{1, 5, 32}, Shape{3, 17, 96}, Shape{17, 64, 256}}) {
+    auto wf = RandomVec(rng, s.n * s.k);
+    std::vector<uint8_t> stored(static_cast<size_t>(DTypeBytes(t, s.n * s.k).value()));
+    if (t == DType::kF16) {
+      auto* h = reinterpret_cast<uint16_t*>(stored.data());
+      for (size_t i = 0; i < wf.size(); ++i) h[i] = F32ToF16(wf[i]);
+    } else {
+      QuantizeFromF32(t, wf.data(), s.n * s.k, stored.data());
+    }
+    std::vector<float> deq(wf.size());
+    ConvertToF32(t, stored.data(), s.n * s.k, deq.data());
+    for (ComputeType prefer : {ComputeType::kF32, ComputeType::kBF16}) {
+      auto lw = LinearWeight::Create(
+          View(t, {s.n, s.k}, stored.data(), static_cast<int64_t>(stored.size())), prefer);
+      ASSERT_TRUE(lw.ok()) << lw.status();
+      ASSERT_EQ(lw->compute_type(), ComputeType::kF32);
+      const auto* conv = static_cast<const float*>(lw->data());
+      for (size_t i = 0; i < deq.size(); ++i) ASSERT_EQ(conv[i], deq[i]) << i;
+      auto x = RandomVec(rng, s.m * s.k);
+      auto b = RandomVec(rng, s.n);
+      std::vector<float> y(static_cast<size_t>(s.m * s.n));
+      Linear(x.data(), s.m, *lw, b.data(), y.data());
+      ExpectClose(x, s.m, deq, s.n, s.k, b.data(), y, 1e-5,
+                  absl::StrCat("m=", s.m, " n=", s.n, " k=", s.k));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StoredTypes, LinearConvertedTest,
+                         ::testing::Values(DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+// Batch sizes around the switch between the small-batch kernel and oneDNN,
+// with n and k that leave tails in every blocking (rows of 8 and 4, lanes of
+// 16), through Linear and through both small-batch kernels directly.
+TEST(LinearTest, SmallBatchKernelAndSwitchover) {
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 70}, {8, 16}, {13, 1}, {64, 33}}) {
+    auto wf = RandomVec(rng, n * k);
+    std::vector<uint16_t> wb(wf.size());
+    std::vector<float> w_rounded(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) {
+      wb[i] = F32ToBf16(wf[i]);
+      w_rounded[i] = Bf16ToF32(wb[i]);
+    }
+    auto b = RandomVec(rng, n);
+    auto lw32 =
+        LinearWeight::Create(View(DType::kF32, {n, k}, wf.data(), n * k * 4), ComputeType::kF32);
+    auto lw16 =
+        LinearWeight::Create(View(DType::kBF16, {n, k}, wb.data(), n * k * 2), ComputeType::kBF16);
+    ASSERT_TRUE(lw32.ok() && lw16.ok());
+    for (int64_t m = 1; m <= 17; ++m) {
+      const std::string what = absl::StrCat("m=", m, " n=", n, " k=", k);
+      auto x = RandomVec(rng, m * k);
+      std::vector<float> y(static_cast<size_t>(m * n));
+      Linear(x.data(), m, *lw32, b.data(), y.data());
+      ExpectClose(x, m, wf, n, k, b.data(), y, 1e-5, absl::StrCat(what, " f32 Linear"));
+      for (bool w_bf16 : {false, true}) {
+        for (bool avx512 : {true, false}) {
+          std::fill(y.begin(), y.end(), NAN);
+          internal::SmallBatchLinear(
+              x.data(), m,
+              w_bf16 ? static_cast<const void*>(wb.data()) : static_cast<const void*>(wf.data()),
+              w_bf16, n, k, b.data(), y.data(), avx512);
+          ExpectClose(x, m, w_bf16 ? w_rounded : wf, n, k, b.data(), y, 1e-5,
+                      absl::StrCat(what, w_bf16 ? " bf16" : " f32", " small-batch kernel",
+                                   avx512 ? "" : " (portable)"));
+        }
+      }
+      if (lw16->compute_type() == ComputeType::kBF16) {
+        Linear(x.data(), m, *lw16, b.data(), y.data());
+        ExpectClose(x, m, w_rounded, n, k, b.data(), y, 1e-2, absl::StrCat(what, " bf16 Linear"));
+      }
+    }
+  }
+}
+
+TEST(LinearTest, CreateRejectsBadViews) {
+  std::vector<float> w(64, 0.0f);
+  auto bad = [&](const TensorView& v) {
+    auto lw = LinearWeight::Create(v, ComputeType::kF32);
+    EXPECT_FALSE(lw.ok());
+    if (!lw.ok()) {
+      EXPECT_EQ(lw.status().code(), absl::StatusCode::kInvalidArgument) << lw.status();
+    }
+  };
+  bad(View(DType::kF32, {64}, w.data(), 256));
+  bad(View(DType::kF32, {2, 4, 8}, w.data(), 256));
+  bad(View(DType::kF32, {0, 8}, w.data(), 0));
+  bad(View(DType::kI32, {8, 8}, w.data(), 256));
+  bad(View(DType::kQ8_0, {2, 16}, w.data(), 68));  // rows are half a block
+  bad(View(DType::kF32, {8, 8}, w.data(), 128));   // too few bytes
+  bad(View(DType::kF32, {8, 8}, nullptr, 256));
+}
+
+TEST(LinearTest, EmptyBatchIsANoOp) {
+  std::vector<float> w(8 * 4, 1.0f);
+  auto lw = LinearWeight::Create(View(DType::kF32, {8, 4}, w.data(), 128), ComputeType::kF32);
+  ASSERT_TRUE(lw.ok());
+  float y = 42.0f;
+  Linear(nullptr, 0, *lw, nullptr, &y);
+  EXPECT_EQ(y, 42.0f);
+}
+
+TEST(LinearTest, PrimitiveCacheIsBounded) {
+  std::vector<float> w(8 * 16, 0.5f);
+  auto lw = LinearWeight::Create(View(DType::kF32, {8, 16}, w.data(), 512), ComputeType::kF32);
+  ASSERT_TRUE(lw.ok());
+  std::vector<float> x(300 * 16, 1.0f), y(300 * 8);
+  for (int64_t m = 1; m <= 300; ++m) {
+    Linear(x.data(), m, *lw, nullptr, y.data());
+    ASSERT_LE(internal::OnednnMatmulCacheSize(), internal::kOnednnMatmulCacheLimit);
+    ASSERT_EQ(y[static_cast<size_t>((m - 1) * 8 + 7)], 8.0f) << m;
+  }
+}
+
+TEST(LinearTest, ConcurrentCallsFromThreads) {
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  const int64_t n = 40, k = 72;
+  auto w = RandomVec(rng, n * k);
+  std::vector<uint16_t> wb(w.size());
+  for (size_t i = 0; i < w.size(); ++i) wb[i] = F32ToBf16(w[i]);
+  auto lw32 =
+      LinearWeight::Create(View(DType::kF32, {n, k}, w.data(), n * k * 4), ComputeType::kF32);
+  auto lw16 =
+      LinearWeight::Create(View(DType::kBF16, {n, k}, wb.data(), n * k * 2), ComputeType::kBF16);
+  ASSERT_TRUE(lw32.ok() && lw16.ok());
+  constexpr int kThreads = 4;
+  std::vector<std::vector<float>> xs, ys, expected;
+  for (int t = 0; t < kThreads; ++t) {
+    const int64_t m = 1 + 5 * t;
+    xs.push_back(RandomVec(rng, m * k));
+    ys.emplace_back(static_cast<size_t>(m * n));
+    expected.emplace_back(static_cast<size_t>(m * n));
+    Linear(xs[t].data(), m, t % 2 ? *lw16 : *lw32, nullptr, expected[t].data());
+  }
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const int64_t m = 1 + 5 * t;
+      for (int rep = 0; rep < 50; ++rep) {
+        Linear(xs[t].data(), m, t % 2 ? *lw16 : *lw32, nullptr, ys[t].data());
+        // oneDNN may split K differently with another team size: compare
+        // with a tolerance, not bitwise.
+        for (size_t i = 0; i < ys[t].size(); ++i) {
+          if (!(std::fabs(ys[t][i] - expected[t][i]) <=
+                1e-4f * (1.0f + std::fabs(expected[t][i])))) {
+            ++mismatches[t];
+            break;
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+}
+
+TEST(CpuFeaturesTest, Bf16FollowsHardwareAndEnvironment) {
+  const CpuFeatures& f = HostCpuFeatures();
+  std::printf("host CPU features: %s\n", CpuFeaturesString(f).c_str());
+  if (f.avx512_bf16) {
+    EXPECT_TRUE(f.avx512f && f.os_avx512);
+  }
+  const char* env = std::getenv("TANDEM_CPU_ISA");
+  const std::string saved = env != nullptr ? env : "";
+  EXPECT_EQ(CpuHasBf16(), f.avx512_bf16 && saved != "f32");
+  setenv("TANDEM_CPU_ISA", "f32", 1);
+  EXPECT_FALSE(CpuHasBf16());
+  std::vector<uint16_t> wb(4 * 8, 0);
+  auto lw = LinearWeight::Create(View(DType::kBF16, {4, 8}, wb.data(), 64), ComputeType::kBF16);
+  ASSERT_TRUE(lw.ok());
+  EXPECT_EQ(lw->compute_type(), ComputeType::kF32);
+  if (env != nullptr) {
+    setenv("TANDEM_CPU_ISA", saved.c_str(), 1);
+  } else {
+    unsetenv("TANDEM_CPU_ISA");
+  }
+  EXPECT_EQ(CpuHasBf16(), f.avx512_bf16 && saved != "f32");
+}
+
+}  // namespace
+}  // namespace ops
+}  // namespace tandem

@@ -1,0 +1,18 @@
+// Host launcher of the CUDA RMSNorm kernel. Plain header: no CUDA types, so
+// host code built by the C++ compiler can call it.
+#ifndef TANDEM_GPU_WORKER_CUDA_KERNELS_RMS_NORM_H_
+#define TANDEM_GPU_WORKER_CUDA_KERNELS_RMS_NORM_H_
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+// out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * w on device pointers
+// (f32), on `stream` (a cudaStream_t, or nullptr for the default stream).
+// Returns the cudaError_t of the launch as an int (0 = success).
+int LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
+                  float* out, void* stream);
+
+}  // namespace tandem::cuda
+
+#endif  // TANDEM_GPU_WORKER_CUDA_KERNELS_RMS_NORM_H_

@@ -1,0 +1,133 @@
+// The same weights give the same logits whatever the checkpoint format: a
+// Hugging Face directory (rotate-half RoPE, per-expert tensors) and a GGUF file
+// (llama.cpp's permuted q/k rows with interleaved RoPE for llama-arch models,
+// stacked 3-D expert tensors), for every architecture. And quantized GGUF
+// weights compute exactly as their dequantized values.
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/testing/checkpoint_writer.h"
+#include "common/testing/tiny_models.h"
+#include "gpu_worker/engine/engine.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+using testing::GgufTensorOptions;
+using testing::HfTensorOptions;
+
+std::vector<float> AllLogits(const std::string& path, const std::vector<int32_t>& prompt) {
+  auto ckpt = Checkpoint::Open(path);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  if (!ckpt.ok()) return {};
+  EngineOptions o;
+  o.max_context = 128;
+  o.max_sequences = 1;
+  o.compute = ops::ComputeType::kF32;
+  auto engine = Engine::Create(std::move(*ckpt), o);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
+  SequenceChunk chunk{0, prompt, 0, true};
+  auto r = (*engine)->Step({chunk});
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? r->logits : std::vector<float>{};
+}
+
+double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    ref = std::max(ref, std::fabs(static_cast<double>(b[i])));
+  }
+  return diff / std::max(ref, 1e-30);
+}
+
+class EngineFormats : public ::testing::TestWithParam<Arch> {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTempDir("engine_formats");
+    seed_ = std::random_device{}();
+    config_ = testing::TinyConfig(GetParam());
+    canonical_ = testing::MakeCanonicalTensors(config_, seed_);
+    std::mt19937 rng(seed_);
+    for (int i = 0; i < 19; ++i) {
+      prompt_.push_back(static_cast<int32_t>(rng() % config_.vocab_size));
+    }
+  }
+  void TearDown() override { testing::RemoveTree(dir_); }
+
+  std::string dir_;
+  uint32_t seed_ = 0;
+  ModelConfig config_;
+  std::vector<testing::TestTensor> canonical_;
+  std::vector<int32_t> prompt_;
+};
+
+TEST_P(EngineFormats, GgufAndHuggingFaceLayoutsAgree) {
+  HfTensorOptions hf;
+  hf.dtype = DType::kF32;
+  const std::string hf_dir = dir_ + "/hf";
+  ASSERT_TRUE(testing::WriteHfDirectory(hf_dir, testing::HfConfigJson(config_),
+                                        testing::ToHfTensors(config_, canonical_, hf))
+                  .ok());
+  GgufTensorOptions gg;
+  gg.matrix_dtype = DType::kF32;
+  gg.embedding_dtype = DType::kF32;
+  gg.permute_qk = config_.arch == Arch::kLlama || config_.arch == Arch::kMixtral;
+  const std::string gguf = dir_ + "/model.gguf";
+  ASSERT_TRUE(testing::WriteGguf(gguf, testing::GgufMetadataFor(config_),
+                                 testing::ToGgufTensors(config_, canonical_, gg))
+                  .ok());
+  const auto a = AllLogits(hf_dir, prompt_);
+  const auto b = AllLogits(gguf, prompt_);
+  EXPECT_LT(RelativeError(b, a), 1e-5) << "seed " << seed_;
+}
+
+// Transformers' v5 fused expert tensors read as the per-expert ones.
+TEST_P(EngineFormats, FusedExpertTensorsAgreeWithPerExpert) {
+  if (config_.num_experts == 0) GTEST_SKIP() << "dense architecture";
+  HfTensorOptions per;
+  per.dtype = DType::kF32;
+  HfTensorOptions fused = per;
+  fused.fused_experts = true;
+  ASSERT_TRUE(testing::WriteHfDirectory(dir_ + "/a", testing::HfConfigJson(config_),
+                                        testing::ToHfTensors(config_, canonical_, per))
+                  .ok());
+  ASSERT_TRUE(testing::WriteHfDirectory(dir_ + "/b", testing::HfConfigJson(config_),
+                                        testing::ToHfTensors(config_, canonical_, fused))
+                  .ok());
+  EXPECT_LT(RelativeError(AllLogits(dir_ + "/b", prompt_), AllLogits(dir_ + "/a", prompt_)),
+            1e-6);
+}
+
+// Quantized GGUF weights compute as exactly their dequantized values.
+TEST_P(EngineFormats, QuantizedGgufComputesAsDequantized) {
+  for (DType q : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+    GgufTensorOptions gq;
+    gq.matrix_dtype = q;
+    gq.embedding_dtype = q;
+    auto quantized = testing::ToGgufTensors(config_, canonical_, gq);
+    std::vector<testing::TestTensor> dequantized;
+    for (const auto& t : quantized) {
+      dequantized.push_back(testing::TestTensor::FromF32(t.name, t.shape, t.ToF32()));
+    }
+    const std::string qpath = dir_ + "/q.gguf", fpath = dir_ + "/f.gguf";
+    ASSERT_TRUE(testing::WriteGguf(qpath, testing::GgufMetadataFor(config_), quantized).ok());
+    ASSERT_TRUE(testing::WriteGguf(fpath, testing::GgufMetadataFor(config_), dequantized).ok());
+    EXPECT_LT(RelativeError(AllLogits(qpath, prompt_), AllLogits(fpath, prompt_)), 1e-6)
+        << DTypeName(q) << " seed " << seed_;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineFormats,
+                         ::testing::Values(Arch::kLlama, Arch::kQwen2, Arch::kMixtral,
+                                           Arch::kQwen2Moe, Arch::kQwen3Moe, Arch::kOlmoe),
+                         [](const auto& info) { return std::string(ArchName(info.param)); });
+
+}  // namespace
+}  // namespace tandem
