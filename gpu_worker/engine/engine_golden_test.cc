@@ -3,6 +3,7 @@
 // tests/golden/make_model_goldens.py with transformers' own model classes):
 // logits at every position of each prompt, and greedy continuations.
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -101,6 +102,9 @@ TEST_P(EngineGolden, LogitsAtEveryPositionMatchTransformers) {
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->logits.size(), golden_.logits[p].size());
     const double err = RelativeError(r->logits.data(), golden_.logits[p]);
+    std::printf("%s prompt %zu (%zu tokens, %s GEMMs): relative logit error %.2e\n",
+                GetParam().c_str(), p, chunk.tokens.size(),
+                engine_->compute_type() == ops::ComputeType::kBF16 ? "bf16" : "f32", err);
     EXPECT_LT(err, tolerance_) << GetParam() << " prompt " << p;
     engine_->FreeSequence(chunk.seq_id);
   }
