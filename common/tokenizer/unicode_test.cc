@@ -1,0 +1,84 @@
+// UTF-8 decoding with U+FFFD and Unicode classes.
+#include "common/tokenizer/unicode.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace tandem::tok {
+namespace {
+
+constexpr char kFffd[] = "\xEF\xBF\xBD";
+
+TEST(UnicodeTest, LossyDecodingReplacesMaximalSubparts) {
+  EXPECT_EQ(Utf8Lossy("abc"), "abc");
+  EXPECT_EQ(Utf8Lossy("\xE4\xBD\xA0"), "\xE4\xBD\xA0");
+  EXPECT_EQ(Utf8Lossy("a\xFF"
+                      "b"),
+            std::string("a") + kFffd + "b");
+  // A cut-off 3-byte character is one maximal subpart -> one U+FFFD.
+  EXPECT_EQ(Utf8Lossy("\xE4\xBD"
+                      "a"),
+            std::string(kFffd) + "a");
+  EXPECT_EQ(Utf8Lossy("\xE4\xBD"), kFffd);
+  // Each byte of an invalid lead or a surrogate is its own subpart.
+  EXPECT_EQ(Utf8Lossy("\xC0\xAF"), std::string(kFffd) + kFffd);
+  EXPECT_EQ(Utf8Lossy("\xED\xA0\x80"), std::string(kFffd) + kFffd + kFffd);
+  EXPECT_EQ(Utf8Lossy("\xF4\x90\x80\x80"),
+            std::string(kFffd) + kFffd + kFffd + kFffd);
+  EXPECT_EQ(Utf8Lossy("\xF0\x9F\x98"), kFffd);
+}
+
+TEST(UnicodeTest, StreamingDecodeHoldsIncompleteTail) {
+  std::string out;
+  EXPECT_EQ(AppendUtf8Lossy("ab\xF0\x9F", /*final=*/false, &out), 2u);
+  EXPECT_EQ(out, "ab");
+  out.clear();
+  EXPECT_EQ(AppendUtf8Lossy("\xF0\x9F\x98\x80"
+                            "c",
+                            false, &out),
+            5u);
+  EXPECT_EQ(out,
+            "\xF0\x9F\x98\x80"
+            "c");
+  out.clear();
+  EXPECT_EQ(AppendUtf8Lossy("\xF0"
+                            "x",
+                            false, &out),
+            2u);  // known bad at once
+  EXPECT_EQ(out, std::string(kFffd) + "x");
+}
+
+TEST(UnicodeTest, Validity) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("h\xC3\xA9llo \xF0\x9F\x98\x80"));
+  EXPECT_FALSE(IsValidUtf8("\xC3"));
+  EXPECT_FALSE(IsValidUtf8("\xE0\x80\x80"));  // overlong
+  EXPECT_FALSE(IsValidUtf8("\xED\xBF\xBF"));  // surrogate
+}
+
+TEST(UnicodeTest, Classes) {
+  EXPECT_TRUE(IsNumeric('7'));
+  EXPECT_TRUE(IsNumeric(0x00B2));   // ² (No)
+  EXPECT_TRUE(IsNumeric(0x0663));   // Arabic-Indic three (Nd)
+  EXPECT_TRUE(IsNumeric(0x2460));   // ① (No)
+  EXPECT_FALSE(IsNumeric(0x4E94));  // 五 is a letter (Lo)
+  EXPECT_TRUE(IsAlphanumeric(0x00E9));
+  EXPECT_FALSE(IsAlphanumeric('_'));
+  EXPECT_TRUE(IsWhitespace(0x0085));
+  EXPECT_TRUE(IsWhitespace(0x3000));
+  EXPECT_FALSE(IsWhitespace(0x200B));  // zero width space is not White_Space
+}
+
+TEST(UnicodeTest, NormalForms) {
+  EXPECT_EQ(Normalize("e\xCC\x81", NormalForm::kNfc), "\xC3\xA9");
+  EXPECT_EQ(Normalize("\xC3\xA9", NormalForm::kNfd), "e\xCC\x81");
+  EXPECT_EQ(Normalize("\xEF\xBC\xA6", NormalForm::kNfkc), "F");  // fullwidth F
+  EXPECT_EQ(ToLower("\xC3\x80"
+                    "BC"),
+            "\xC3\xA0"
+            "bc");
+}
+
+}  // namespace
+}  // namespace tandem::tok
