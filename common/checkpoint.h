@@ -49,7 +49,11 @@ class Checkpoint {
 
   // Opens a directory (Hugging Face layout) or a .gguf file. Validates the
   // config, every tensor's presence and shape against it, and the files'
-  // integrity; errors name the file and the problem.
+  // integrity; errors name the file and the problem. Codes: NotFound for a
+  // missing path, config.json, shard file or tensor; Unimplemented for an
+  // unsupported architecture, dtype, GGUF version or model feature;
+  // InvalidArgument for anything malformed or inconsistent. A file inside an
+  // HF directory (config.json, *.safetensors) opens the directory.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& path);
 
   virtual CheckpointFormat format() const = 0;

@@ -1,4 +1,4 @@
-// GGUF v3 reader: metadata, tensor directory, memory-mapped tensor data.
+// GGUF v3 (and v2) reader: metadata, tensor directory, memory-mapped tensor data.
 // Format: magic "GGUF", u32 version, u64 tensor count, u64 kv count, kvs,
 // tensor infos (name, n_dims, ne[] innermost-first, ggml type, offset), padding
 // to general.alignment (default 32), then data.
@@ -37,12 +37,23 @@ class GgufValue {
   std::vector<int64_t> ints;       // integer/bool arrays
   std::vector<double> floats;      // float arrays
   std::vector<std::string> strings;  // string arrays
+  std::vector<GgufValue> items;      // arrays of arrays (elem_type kArray)
 
   bool is_array() const { return type == GgufType::kArray; }
   bool is_integer() const;  // any integer or bool scalar
   bool is_float() const;
   size_t array_size() const;
 };
+
+// "UINT32", "STRING", ... for messages.
+std::string_view GgufTypeName(GgufType t);
+
+// ggml tensor type ids (F32=0, F16=1, Q4_0=2, Q4_1=3, Q8_0=8, BF16=30, I32=26).
+// nullopt for types Tandem does not read.
+std::optional<DType> DTypeFromGgmlType(uint32_t ggml_type);
+uint32_t GgmlTypeId(DType t);
+// "Q4_K", "IQ2_XXS", ... or "type 123" when unknown.
+std::string GgmlTypeName(uint32_t ggml_type);
 
 struct GgufTensorInfo {
   std::string name;
@@ -68,6 +79,10 @@ class GgufFile {
   absl::StatusOr<double> GetFloat(std::string_view key) const;
   absl::StatusOr<std::string> GetString(std::string_view key) const;
 
+  uint32_t alignment() const { return alignment_; }
+  // File offset of the data section (tensor offsets are relative to it).
+  uint64_t data_offset() const { return data_offset_; }
+
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* FindTensor(std::string_view name) const;
   // A view of the tensor's bytes inside the mapping.
@@ -81,6 +96,8 @@ class GgufFile {
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
   const uint8_t* data_ = nullptr;
+  uint32_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
 };
 
 }  // namespace tandem

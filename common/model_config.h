@@ -54,6 +54,11 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::kNeox;
   bool tie_word_embeddings = false;
   bool qkv_bias = false;  // qwen2 family: q/k/v projections carry a bias
+  bool attn_output_bias = false;  // attention_bias=true (llama, qwen3_moe, olmoe): o_proj too
+  // Sliding-window attention span in tokens (mistral v0.1, qwen2 with
+  // use_sliding_window); 0 = full attention. Informational: engines that do
+  // not implement it must cap the context at this many tokens.
+  int64_t sliding_window = 0;
   QkNorm qk_norm = QkNorm::kNone;
 
   // Mixture of experts (num_experts == 0 for dense models).
@@ -75,12 +80,21 @@ struct ModelConfig {
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
 
   // Checks internal consistency (positive sizes, heads divide, top-k <= experts).
+  // The message does not name a file; callers prefix it.
   absl::Status Validate() const;
 };
 
 std::string_view ArchName(Arch a);
 
+// Removes eos ids outside [0, vocab_size): they can never be generated
+// (transformers only warns about them). Parsers call this before Validate().
+void DropUnreachableEos(ModelConfig* c);
+
 // Parses a Hugging Face config.json. `source` names the file in errors.
+// Keys absent from the file take the defaults of transformers' config class
+// for the architecture. Errors: InvalidArgument for malformed or inconsistent
+// values, Unimplemented for an unsupported architecture or feature (rope type,
+// mlp_bias, clip_qkv, partial rotary, activation other than silu).
 absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j,
                                                   const std::string& source);
 

@@ -40,6 +40,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
       e->kv_, KvCache::Create(c.num_layers, c.num_kv_heads, c.head_dim,
                               blocks_per_seq * options.max_sequences, options.block_size));
   e->inv_freq_ = ops::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling);
+  // Llama-3.x GGUF files carry their RoPE frequency scaling as per-dimension
+  // divisors of the frequency (llama.cpp's rope_freqs) instead of metadata.
+  if (ckpt->HasTensor("rope_freqs.weight")) {
+    TANDEM_ASSIGN_OR_RETURN(TensorView f, ckpt->Tensor("rope_freqs.weight"));
+    if (f.numel() != static_cast<int64_t>(e->inv_freq_.size()) || f.dtype != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ckpt->path(), ": rope_freqs.weight must hold ", e->inv_freq_.size(), " f32 values"));
+    }
+    for (size_t i = 0; i < e->inv_freq_.size(); ++i) e->inv_freq_[i] /= f.as<float>()[i];
+  }
   e->ckpt_ = std::move(ckpt);
   return e;
 }

@@ -11,6 +11,7 @@
 #include "common/checkpoint.h"
 #include "common/testing/checkpoint_writer.h"
 #include "common/testing/tiny_models.h"
+#include "cpu_worker/ops/rope.h"
 #include "gpu_worker/engine/engine.h"
 #include "gtest/gtest.h"
 
@@ -128,6 +129,50 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineFormats,
                          ::testing::Values(Arch::kLlama, Arch::kQwen2, Arch::kMixtral,
                                            Arch::kQwen2Moe, Arch::kQwen3Moe, Arch::kOlmoe),
                          [](const auto& info) { return std::string(ArchName(info.param)); });
+
+// Llama-3.x GGUF files express llama3 RoPE scaling as a rope_freqs tensor of
+// per-dimension frequency divisors (llama.cpp's convention) rather than
+// metadata: the engine must compute the same logits as the HF config does.
+TEST(EngineFormatsRope, Llama3RopeFreqsTensorEqualsHfRopeScaling) {
+  const uint32_t seed = std::random_device{}();
+  ModelConfig c = testing::TinyConfig(Arch::kLlama);
+  c.rope_scaling.type = RopeScaling::Type::kLlama3;
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.low_freq_factor = 1;
+  c.rope_scaling.high_freq_factor = 4;
+  c.rope_scaling.original_max_position = 16;
+  const auto canonical = testing::MakeCanonicalTensors(c, seed);
+  const std::string dir = testing::MakeTempDir("engine_rope");
+  HfTensorOptions hf;
+  hf.dtype = DType::kF32;
+  ASSERT_TRUE(testing::WriteHfDirectory(dir + "/hf", testing::HfConfigJson(c),
+                                        testing::ToHfTensors(c, canonical, hf))
+                  .ok());
+  // The GGUF has no scaling metadata, only the divisors.
+  ModelConfig plain = c;
+  plain.rope_scaling = RopeScaling{};
+  const auto base = ops::RopeInvFreq(c.head_dim, c.rope_theta, plain.rope_scaling);
+  const auto scaled = ops::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling);
+  std::vector<float> divisors(base.size());
+  for (size_t i = 0; i < base.size(); ++i) divisors[i] = base[i] / scaled[i];
+  GgufTensorOptions gg;
+  gg.matrix_dtype = DType::kF32;
+  gg.embedding_dtype = DType::kF32;
+  auto tensors = testing::ToGgufTensors(plain, canonical, gg);
+  tensors.push_back(testing::TestTensor::FromF32(
+      "rope_freqs.weight", {static_cast<int64_t>(divisors.size())}, divisors));
+  ASSERT_TRUE(testing::WriteGguf(dir + "/m.gguf", testing::GgufMetadataFor(plain), tensors).ok());
+  ASSERT_TRUE(testing::WriteGguf(dir + "/plain.gguf", testing::GgufMetadataFor(plain),
+                                 testing::ToGgufTensors(plain, canonical, gg))
+                  .ok());
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(static_cast<int32_t>((i * 7 + seed) % c.vocab_size));
+  const auto want = AllLogits(dir + "/hf", prompt);
+  EXPECT_LT(RelativeError(AllLogits(dir + "/m.gguf", prompt), want), 1e-5) << "seed " << seed;
+  // Without the divisors the logits differ: the scaling matters here.
+  EXPECT_GT(RelativeError(AllLogits(dir + "/plain.gguf", prompt), want), 1e-3) << "seed " << seed;
+  testing::RemoveTree(dir);
+}
 
 }  // namespace
 }  // namespace tandem

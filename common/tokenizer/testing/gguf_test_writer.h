@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/testing/checkpoint_writer.h"
 
 namespace tandem::testing {
 
@@ -25,12 +26,7 @@ class GgufTestWriter {
   absl::Status WriteTo(const std::string& path) const;
 
  private:
-  void Key(const std::string& key);
-  void U32(uint32_t v);
-  void U64(uint64_t v);
-  void Str(const std::string& s);
-  std::string kv_;
-  uint64_t count_ = 0;
+  GgufMetadata md_;
 };
 
 }  // namespace tandem::testing

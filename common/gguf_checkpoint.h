@@ -1,0 +1,48 @@
+// A GGUF file as a Checkpoint: config from metadata, tensors already under
+// canonical names, MoE experts stacked in 3-D tensors [E, rows, cols].
+#ifndef TANDEM_COMMON_GGUF_CHECKPOINT_H_
+#define TANDEM_COMMON_GGUF_CHECKPOINT_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/checkpoint.h"
+#include "common/gguf.h"
+
+namespace tandem {
+
+// Builds a ModelConfig from GGUF metadata (general.architecture "llama" —
+// Mixtral when llama.expert_count > 0 —, "qwen2", "qwen2moe", "qwen3moe",
+// "olmoe"). Tensor presence decides tied embeddings, llama biases and the
+// dense layers of qwen MoE models. Errors name the file.
+absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& f);
+
+class GgufCheckpoint : public Checkpoint {
+ public:
+  static absl::StatusOr<std::unique_ptr<GgufCheckpoint>> Open(const std::string& path);
+
+  CheckpointFormat format() const override { return CheckpointFormat::kGguf; }
+  const std::string& path() const override { return file_->path(); }
+  const ModelConfig& config() const override { return config_; }
+  const GenerationDefaults& generation_defaults() const override { return generation_; }
+  absl::StatusOr<TensorView> Tensor(std::string_view name) const override;
+  bool HasTensor(std::string_view name) const override;
+  // Slices the 3-D blk.N.ffn_*_exps.weight tensor; falls back to the legacy
+  // per-expert layout blk.N.ffn_{gate,up,down}.E.weight.
+  absl::StatusOr<TensorView> ExpertTensor(std::string_view base, int64_t expert) const override;
+  const GgufFile* gguf() const override { return file_.get(); }
+
+ private:
+  GgufCheckpoint() = default;
+  absl::Status CheckExpertStacks() const;
+
+  std::unique_ptr<GgufFile> file_;
+  ModelConfig config_;
+  GenerationDefaults generation_;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMMON_GGUF_CHECKPOINT_H_
