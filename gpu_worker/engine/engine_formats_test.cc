@@ -89,23 +89,6 @@ TEST_P(EngineFormats, GgufAndHuggingFaceLayoutsAgree) {
   EXPECT_LT(RelativeError(b, a), 1e-5) << "seed " << seed_;
 }
 
-// Transformers' v5 fused expert tensors read as the per-expert ones.
-TEST_P(EngineFormats, FusedExpertTensorsAgreeWithPerExpert) {
-  if (config_.num_experts == 0) GTEST_SKIP() << "dense architecture";
-  HfTensorOptions per;
-  per.dtype = DType::kF32;
-  HfTensorOptions fused = per;
-  fused.fused_experts = true;
-  ASSERT_TRUE(testing::WriteHfDirectory(dir_ + "/a", testing::HfConfigJson(config_),
-                                        testing::ToHfTensors(config_, canonical_, per))
-                  .ok());
-  ASSERT_TRUE(testing::WriteHfDirectory(dir_ + "/b", testing::HfConfigJson(config_),
-                                        testing::ToHfTensors(config_, canonical_, fused))
-                  .ok());
-  EXPECT_LT(RelativeError(AllLogits(dir_ + "/b", prompt_), AllLogits(dir_ + "/a", prompt_)),
-            1e-6);
-}
-
 // Quantized GGUF weights compute as exactly their dequantized values.
 TEST_P(EngineFormats, QuantizedGgufComputesAsDequantized) {
   for (DType q : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
@@ -128,6 +111,29 @@ TEST_P(EngineFormats, QuantizedGgufComputesAsDequantized) {
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineFormats,
                          ::testing::Values(Arch::kLlama, Arch::kQwen2, Arch::kMixtral,
                                            Arch::kQwen2Moe, Arch::kQwen3Moe, Arch::kOlmoe),
+                         [](const auto& info) { return std::string(ArchName(info.param)); });
+
+class EngineFormatsMoe : public EngineFormats {};
+
+// Transformers' v5 fused expert tensors read as the per-expert ones.
+TEST_P(EngineFormatsMoe, FusedExpertTensorsAgreeWithPerExpert) {
+  HfTensorOptions per;
+  per.dtype = DType::kF32;
+  HfTensorOptions fused = per;
+  fused.fused_experts = true;
+  ASSERT_TRUE(testing::WriteHfDirectory(dir_ + "/a", testing::HfConfigJson(config_),
+                                        testing::ToHfTensors(config_, canonical_, per))
+                  .ok());
+  ASSERT_TRUE(testing::WriteHfDirectory(dir_ + "/b", testing::HfConfigJson(config_),
+                                        testing::ToHfTensors(config_, canonical_, fused))
+                  .ok());
+  EXPECT_LT(RelativeError(AllLogits(dir_ + "/b", prompt_), AllLogits(dir_ + "/a", prompt_)),
+            1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeArchitectures, EngineFormatsMoe,
+                         ::testing::Values(Arch::kMixtral, Arch::kQwen2Moe, Arch::kQwen3Moe,
+                                           Arch::kOlmoe),
                          [](const auto& info) { return std::string(ArchName(info.param)); });
 
 // Llama-3.x GGUF files express llama3 RoPE scaling as a rope_freqs tensor of
