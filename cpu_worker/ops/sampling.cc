@@ -207,4 +207,11 @@ int32_t Sampler::Draw(const float* weights, int64_t n) {
   return static_cast<int32_t>(last);
 }
 
+uint64_t TokenSeed(uint64_t request_seed, int64_t index) {
+  uint64_t z = request_seed + 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(index) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 }  // namespace tandem::ops

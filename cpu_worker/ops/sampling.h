@@ -23,6 +23,17 @@ class Sampler {
   // equal maxima. Temperature scales, then top-k, then top-p (smallest set
   // whose probability reaches p), then one draw.
   int32_t Sample(const float* logits, int64_t vocab);
+  // Restarts the random stream. Generation reseeds with TokenSeed() before
+  // each token, so a draw depends only on (seed, token index, logits) —
+  // the same in `tandem generate` and in the service, whatever the batching
+  // and after a preempted request is recomputed.
+  void Reseed(uint64_t seed) { rng_.seed(seed); }
+  // New parameters, keeping the scratch buffers (one sampler serves many
+  // sequences in a worker without allocating per token).
+  void Reset(const SamplingParams& p) {
+    params_ = p;
+    rng_.seed(p.seed);
+  }
 
  private:
   // Uniform double in [0, 1) from 53 bits of the generator.
@@ -37,6 +48,9 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> scratch_;  // candidates (weight, token)
   std::vector<float> weights_;                      // [vocab] exp(logit / T - max)
 };
+
+// Seed of the draw of a request's index-th generated token (splitmix64 mix).
+uint64_t TokenSeed(uint64_t request_seed, int64_t index);
 
 // log_softmax(logits)[token] computed in double for stability.
 float LogProb(const float* logits, int64_t vocab, int32_t token);

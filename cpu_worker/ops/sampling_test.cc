@@ -301,5 +301,25 @@ TEST(LogProbTest, MatchesDoubleLogSoftmax) {
   EXPECT_NEAR(LogProb(two, 2, 1), std::log(0.5), 1e-7);
 }
 
+TEST(TokenSeed, DependsOnSeedAndIndexOnly) {
+  EXPECT_EQ(TokenSeed(7, 3), TokenSeed(7, 3));
+  std::set<uint64_t> seen;
+  for (uint64_t seed : {0ull, 1ull, 7ull}) {
+    for (int64_t i = 0; i < 100; ++i) seen.insert(TokenSeed(seed, i));
+  }
+  EXPECT_EQ(seen.size(), 300u);
+}
+
+TEST(TokenSeed, ReseedingMakesADrawAPureFunction) {
+  std::vector<float> logits = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f};
+  SamplingParams p;
+  p.temperature = 1.0f;
+  Sampler a(p), b(p);
+  for (int i = 0; i < 5; ++i) a.Sample(logits.data(), 8);  // advance a's stream
+  a.Reseed(TokenSeed(3, 9));
+  b.Reseed(TokenSeed(3, 9));
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(a.Sample(logits.data(), 8), b.Sample(logits.data(), 8));
+}
+
 }  // namespace
 }  // namespace tandem::ops

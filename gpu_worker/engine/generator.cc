@@ -58,6 +58,7 @@ absl::StatusOr<GenerationResult> Generate(
   int64_t pos = n_prompt;
   for (int64_t i = 0; i < params.max_tokens; ++i) {
     GeneratedToken tok;
+    sampler.Reseed(ops::TokenSeed(params.sampling.seed, i));
     tok.id = sampler.Sample(last_logits.data(), vocab);
     tok.logprob = ops::LogProb(last_logits.data(), vocab, tok.id);
     if (!params.ignore_eos &&

@@ -1,0 +1,114 @@
+#include "gpu_worker/service/step_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace tandem {
+
+absl::Status StepExecutor::Validate(const proto::StepPlan& plan) const {
+  const int64_t vocab = engine_->config().vocab_size;
+  for (const proto::StepSequence& s : plan.sequences()) {
+    const auto& sp = s.sampling();
+    if (!(sp.temperature() >= 0) || !std::isfinite(sp.temperature())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s.seq_id(), ": temperature must be >= 0"));
+    }
+    if (!(sp.top_p() >= 0 && sp.top_p() <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s.seq_id(), ": top_p must be in [0, 1]"));
+    }
+    if (sp.top_k() < 0 || sp.top_logprobs() > 20 || s.generated() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s.seq_id(), ": top_k, top_logprobs or generated out of range"));
+    }
+    for (const auto& [id, bias] : sp.logit_bias()) {
+      if (id < 0 || id >= vocab || !std::isfinite(bias)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence ", s.seq_id(), ": logit_bias for token ", id, " is invalid"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void StepExecutor::SampleInto(const float* logits, const proto::StepSequence& s,
+                              proto::SequenceResult* out) {
+  const int64_t vocab = engine_->config().vocab_size;
+  const auto& sp = s.sampling();
+  const float* l = logits;
+  if (!sp.logit_bias().empty()) {
+    biased_.assign(logits, logits + vocab);
+    for (const auto& [id, bias] : sp.logit_bias()) biased_[static_cast<size_t>(id)] += bias;
+    l = biased_.data();
+  }
+  ops::SamplingParams p;
+  p.temperature = sp.temperature();
+  p.top_k = sp.top_k();
+  p.top_p = sp.top_p() > 0 ? sp.top_p() : 1.0f;
+  p.seed = sp.seed();
+  sampler_.Reset(p);
+  sampler_.Reseed(ops::TokenSeed(sp.seed(), s.generated()));
+  const int32_t token = sampler_.Sample(l, vocab);
+  out->set_token(token);
+  // Log-probs are of the model's distribution (before bias and temperature),
+  // as the OpenAI API reports them.
+  out->set_logprob(ops::LogProb(logits, vocab, token));
+  if (sp.top_logprobs() > 0) {
+    std::vector<int32_t> idx(static_cast<size_t>(vocab));
+    std::iota(idx.begin(), idx.end(), 0);
+    const auto k = static_cast<size_t>(std::min<int64_t>(sp.top_logprobs(), vocab));
+    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+                      [&](int32_t a, int32_t b) {
+                        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                      });
+    for (size_t i = 0; i < k; ++i) {
+      out->add_top_ids(idx[i]);
+      out->add_top_logprobs(ops::LogProb(logits, vocab, idx[i]));
+    }
+  }
+}
+
+absl::StatusOr<proto::StepResult> StepExecutor::Run(const proto::StepPlan& plan) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t id : plan.free_seq_ids()) engine_->FreeSequence(id);
+  proto::StepResult result;
+  result.set_step(plan.step());
+  if (plan.sequences().empty()) return result;
+  TANDEM_RETURN_IF_ERROR(Validate(plan));
+
+  std::vector<SequenceChunk> batch;
+  batch.reserve(static_cast<size_t>(plan.sequences_size()));
+  for (const proto::StepSequence& s : plan.sequences()) {
+    SequenceChunk c;
+    c.seq_id = s.seq_id();
+    c.tokens.assign(s.tokens().begin(), s.tokens().end());
+    c.start_pos = s.start_pos();
+    c.all_logits = s.prompt_logprobs();
+    batch.push_back(std::move(c));
+  }
+  TANDEM_ASSIGN_OR_RETURN(StepResult r, engine_->Step(batch));
+
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const proto::StepSequence& s = plan.sequences(static_cast<int>(i));
+    proto::SequenceResult* out = result.add_results();
+    out->set_seq_id(s.seq_id());
+    if (s.prompt_logprobs()) {
+      // Log-prob of token j+1 given the prefix, for every token of the chunk
+      // but the last (whose successor is not known yet).
+      for (int64_t j = 0; j + 1 < r.num_rows[i]; ++j) {
+        out->add_prompt_logprobs(ops::LogProb(r.Row(i, j), r.vocab, batch[i].tokens[j + 1]));
+      }
+    }
+    if (s.sample()) SampleInto(r.Row(i), s, out);
+  }
+  result.set_step_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return result;
+}
+
+}  // namespace tandem
