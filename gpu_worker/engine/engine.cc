@@ -129,7 +129,7 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
     ops::AddScaled(out_.data(), 1.0f, total * hidden, x_.data());
     ops::RmsNorm(x_.data(), total, hidden, lw.ffn_norm.data(), c.rms_norm_eps, h_.data());
     if (lw.moe) {
-      Moe(lw, total);
+      TANDEM_RETURN_IF_ERROR(Moe(l, lw, total));
     } else {
       DenseMlp(lw.mlp, h_.data(), total, out_.data());
     }
@@ -215,8 +215,9 @@ void Engine::DenseMlp(const MlpWeights& m, const float* h, int64_t rows, float* 
 }
 
 // Routed experts (+ the shared expert): reads h_, writes out_. Each expert
-// runs once over all the tokens routed to it.
-void Engine::Moe(const LayerWeights& lw, int64_t rows) {
+// runs once over all the tokens routed to it. Remote experts' rows are
+// submitted first so the offload works while the local experts run.
+absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
   const ModelConfig& c = config();
   const int64_t hidden = c.hidden_size, experts = c.num_experts, k = c.num_experts_per_tok;
   Grow(router_logits_, rows * experts);
@@ -226,31 +227,56 @@ void Engine::Moe(const LayerWeights& lw, int64_t rows) {
   ops::RouteTopK(router_logits_.data(), rows, experts, k, c.norm_topk_prob, route_ids_.data(),
                  route_w_.data());
 
+  // Tokens per expert, in token order: (token, weight).
+  std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(experts));
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t r = static_cast<size_t>(t * k + j);
+      routed[static_cast<size_t>(route_ids_[r])].push_back({t, route_w_[r]});
+    }
+  }
+
+  // Remote jobs: gather their rows into one buffer and submit.
+  std::vector<ExpertJob> jobs;
+  if (offload_ != nullptr) {
+    int64_t total_rows = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      if (!routed[e].empty() && offload_->IsRemote(layer, e)) total_rows += routed[e].size();
+    }
+    Grow(remote_in_, total_rows * hidden);
+    Grow(remote_out_, total_rows * hidden);
+    int64_t at = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      if (routed[e].empty() || !offload_->IsRemote(layer, e)) continue;
+      ExpertJob job;
+      job.expert = static_cast<int32_t>(e);
+      job.rows = static_cast<int64_t>(routed[e].size());
+      job.input = remote_in_.data() + at * hidden;
+      job.output = remote_out_.data() + at * hidden;
+      for (int64_t i = 0; i < job.rows; ++i) {
+        std::copy_n(h_.data() + routed[e][i].first * hidden, hidden,
+                    remote_in_.data() + (at + i) * hidden);
+      }
+      at += job.rows;
+      jobs.push_back(job);
+    }
+    if (!jobs.empty()) TANDEM_RETURN_IF_ERROR(offload_->Submit(layer, jobs));
+  }
+
   std::fill_n(out_.data(), rows * hidden, 0.0f);
   Grow(ex_in_, rows * hidden);
   Grow(ex_out_, rows * hidden);
-  std::vector<int64_t> token_of;
-  std::vector<float> weight_of;
   for (int64_t e = 0; e < experts; ++e) {
-    token_of.clear();
-    weight_of.clear();
-    for (int64_t t = 0; t < rows; ++t) {
-      for (int64_t j = 0; j < k; ++j) {
-        if (route_ids_[static_cast<size_t>(t * k + j)] == e) {
-          token_of.push_back(t);
-          weight_of.push_back(route_w_[static_cast<size_t>(t * k + j)]);
-        }
-      }
-    }
-    if (token_of.empty()) continue;
-    const int64_t n = static_cast<int64_t>(token_of.size());
+    const auto& toks = routed[static_cast<size_t>(e)];
+    if (toks.empty() || (offload_ != nullptr && offload_->IsRemote(layer, e))) continue;
+    const int64_t n = static_cast<int64_t>(toks.size());
     for (int64_t i = 0; i < n; ++i) {
-      std::copy_n(h_.data() + token_of[i] * hidden, hidden, ex_in_.data() + i * hidden);
+      std::copy_n(h_.data() + toks[i].first * hidden, hidden, ex_in_.data() + i * hidden);
     }
     DenseMlp(lw.experts[static_cast<size_t>(e)], ex_in_.data(), n, ex_out_.data());
     for (int64_t i = 0; i < n; ++i) {
-      ops::AddScaled(ex_out_.data() + i * hidden, weight_of[i], hidden,
-                     out_.data() + token_of[i] * hidden);
+      ops::AddScaled(ex_out_.data() + i * hidden, toks[i].second, hidden,
+                     out_.data() + toks[i].first * hidden);
     }
   }
 
@@ -264,6 +290,20 @@ void Engine::Moe(const LayerWeights& lw, int64_t rows) {
       ops::AddScaled(ex_out_.data() + t * hidden, g, hidden, out_.data() + t * hidden);
     }
   }
+
+  if (!jobs.empty()) {
+    TANDEM_RETURN_IF_ERROR(offload_->Collect(layer, jobs));
+    // Remote contributions are added last: the sum equals the all-local one
+    // up to the rounding of a different order of additions.
+    for (const ExpertJob& job : jobs) {
+      const auto& toks = routed[static_cast<size_t>(job.expert)];
+      for (int64_t i = 0; i < job.rows; ++i) {
+        ops::AddScaled(job.output + i * hidden, toks[i].second, hidden,
+                       out_.data() + toks[i].first * hidden);
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tandem

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "common/checkpoint.h"
 #include "cpu_worker/ops/linear.h"
+#include "gpu_worker/engine/expert_offload.h"
 #include "gpu_worker/engine/kv_cache.h"
 #include "gpu_worker/engine/model_weights.h"
 
@@ -55,6 +56,10 @@ class Engine {
   // ResourceExhausted.
   absl::StatusOr<StepResult> Step(const std::vector<SequenceChunk>& batch);
 
+  // Routes the experts the offload claims to it (not owned; null = all
+  // experts local). Set before the first Step.
+  void SetExpertOffload(ExpertOffload* offload) { offload_ = offload; }
+
   // Forgets a sequence and returns its KV blocks.
   void FreeSequence(int64_t seq_id);
   // Tokens of the sequence held in the cache (0 if unknown).
@@ -62,6 +67,7 @@ class Engine {
 
   const ModelConfig& config() const { return ckpt_->config(); }
   const Checkpoint& checkpoint() const { return *ckpt_; }
+  const ModelWeights& weights() const { return weights_; }
   int64_t max_context() const { return max_context_; }
   ops::ComputeType compute_type() const { return weights_.lm_head.compute_type(); }
 
@@ -70,7 +76,7 @@ class Engine {
   absl::Status Validate(const std::vector<SequenceChunk>& batch) const;
   void Attention(int64_t layer, const std::vector<SequenceChunk>& batch);
   void DenseMlp(const MlpWeights& m, const float* h, int64_t rows, float* out);
-  void Moe(const LayerWeights& l, int64_t rows);
+  absl::Status Moe(int64_t layer, const LayerWeights& l, int64_t rows);
 
   std::unique_ptr<Checkpoint> ckpt_;
   ModelWeights weights_;
@@ -78,6 +84,7 @@ class Engine {
   std::vector<float> inv_freq_;
   int64_t max_context_ = 0;
   absl::flat_hash_map<int64_t, int64_t> seq_len_;
+  ExpertOffload* offload_ = nullptr;
 
   // Scratch reused across steps. T = tokens in the step.
   std::vector<float> x_;      // [T, hidden] residual stream
@@ -95,6 +102,8 @@ class Engine {
   std::vector<int32_t> route_ids_;    // [T, top_k]
   std::vector<float> route_w_;        // [T, top_k]
   std::vector<int64_t> positions_;    // [T]
+  std::vector<float> remote_in_;      // [T * top_k, hidden] rows sent to remote experts
+  std::vector<float> remote_out_;     // [T * top_k, hidden] their results
 };
 
 }  // namespace tandem

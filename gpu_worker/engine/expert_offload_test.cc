@@ -1,0 +1,84 @@
+// The engine with part of its experts offloaded gives the logits of the
+// all-local engine, for every MoE architecture; a failing offload fails the
+// step with its status and leaves the sequence able to run again.
+#include <cmath>
+#include <string>
+
+#include "common/checkpoint.h"
+#include "gpu_worker/engine/engine.h"
+#include "gpu_worker/engine/local_expert_offload.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+std::unique_ptr<Engine> Load(const std::string& name) {
+  auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" + name);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  EngineOptions o;
+  o.max_context = 64;
+  o.max_sequences = 2;
+  auto e = Engine::Create(std::move(*ckpt), o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return std::move(*e);
+}
+
+std::vector<float> Logits(Engine& e, int64_t seq) {
+  SequenceChunk c{seq, {3, 14, 15, 92, 65, 35, 89, 79, 32, 38}, 0, true};
+  auto r = e.Step({c});
+  EXPECT_TRUE(r.ok()) << r.status();
+  e.FreeSequence(seq);
+  return r.ok() ? r->logits : std::vector<float>{};
+}
+
+class ExpertOffloadTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ExpertOffloadTest, HalfTheExpertsOffloadedGiveTheSameLogits) {
+  auto engine = Load(GetParam());
+  const auto want = Logits(*engine, 1);
+  LocalExpertOffload offload(&engine->weights(),
+                             [](int64_t layer, int64_t e) { return (e + layer) % 2 == 1; });
+  engine->SetExpertOffload(&offload);
+  const auto got = Logits(*engine, 2);
+  ASSERT_EQ(got.size(), want.size());
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    ref = std::max(ref, std::fabs(static_cast<double>(want[i])));
+  }
+  EXPECT_LT(diff / ref, 1e-5);
+}
+
+class FailingOffload : public ExpertOffload {
+ public:
+  bool IsRemote(int64_t, int64_t e) const override { return e == 0; }
+  absl::Status Submit(int64_t, const std::vector<ExpertJob>&) override {
+    return absl::OkStatus();
+  }
+  absl::Status Collect(int64_t, const std::vector<ExpertJob>&) override {
+    return absl::UnavailableError("cpu_worker gone");
+  }
+};
+
+TEST_P(ExpertOffloadTest, FailingOffloadFailsTheStepCleanly) {
+  auto engine = Load(GetParam());
+  const auto want = Logits(*engine, 1);
+  FailingOffload failing;
+  engine->SetExpertOffload(&failing);
+  SequenceChunk c{5, {3, 14, 15, 92, 65, 35, 89, 79, 32, 38}, 0, true};
+  EXPECT_EQ(engine->Step({c}).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(engine->SequenceLength(5), 0);
+  // Back to local experts: the same sequence runs from scratch, correctly.
+  engine->SetExpertOffload(nullptr);
+  auto r = engine->Step({c});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->logits, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeModels, ExpertOffloadTest,
+                         ::testing::Values("mixtral_f32", "qwen2_moe_f32", "qwen3_moe_f32",
+                                           "olmoe_f32", "mixtral_bf16"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace tandem
