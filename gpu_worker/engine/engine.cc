@@ -131,7 +131,7 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
     if (lw.moe) {
       TANDEM_RETURN_IF_ERROR(Moe(l, lw, total));
     } else {
-      DenseMlp(lw.mlp, h_.data(), total, out_.data());
+      ops::RunMlp(lw.mlp, h_.data(), total, out_.data(), mlp_scratch_);
     }
     ops::AddScaled(out_.data(), 1.0f, total * hidden, x_.data());
   }
@@ -204,16 +204,6 @@ void Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batch) {
               out_.data());
 }
 
-void Engine::DenseMlp(const MlpWeights& m, const float* h, int64_t rows, float* out) {
-  const int64_t ffn = m.gate.rows();
-  Grow(gate_, rows * ffn);
-  Grow(up_, rows * ffn);
-  ops::Linear(h, rows, m.gate, nullptr, gate_.data());
-  ops::Linear(h, rows, m.up, nullptr, up_.data());
-  ops::SwiGlu(gate_.data(), up_.data(), rows * ffn, gate_.data());
-  ops::Linear(gate_.data(), rows, m.down, nullptr, out);
-}
-
 // Routed experts (+ the shared expert): reads h_, writes out_. Each expert
 // runs once over all the tokens routed to it. Remote experts' rows are
 // submitted first so the offload works while the local experts run.
@@ -273,7 +263,7 @@ absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
     for (int64_t i = 0; i < n; ++i) {
       std::copy_n(h_.data() + toks[i].first * hidden, hidden, ex_in_.data() + i * hidden);
     }
-    DenseMlp(lw.experts[static_cast<size_t>(e)], ex_in_.data(), n, ex_out_.data());
+    ops::RunMlp(lw.experts[static_cast<size_t>(e)], ex_in_.data(), n, ex_out_.data(), mlp_scratch_);
     for (int64_t i = 0; i < n; ++i) {
       ops::AddScaled(ex_out_.data() + i * hidden, toks[i].second, hidden,
                      out_.data() + toks[i].first * hidden);
@@ -281,7 +271,7 @@ absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
   }
 
   if (lw.has_shared_expert) {
-    DenseMlp(lw.shared, h_.data(), rows, ex_out_.data());
+    ops::RunMlp(lw.shared, h_.data(), rows, ex_out_.data(), mlp_scratch_);
     for (int64_t t = 0; t < rows; ++t) {
       const float* ht = h_.data() + t * hidden;
       double dot = 0;

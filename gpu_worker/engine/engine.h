@@ -75,7 +75,6 @@ class Engine {
   Engine() = default;
   absl::Status Validate(const std::vector<SequenceChunk>& batch) const;
   void Attention(int64_t layer, const std::vector<SequenceChunk>& batch);
-  void DenseMlp(const MlpWeights& m, const float* h, int64_t rows, float* out);
   absl::Status Moe(int64_t layer, const LayerWeights& l, int64_t rows);
 
   std::unique_ptr<Checkpoint> ckpt_;
@@ -94,8 +93,7 @@ class Engine {
   std::vector<float> v_;      // [T, kv_dim]
   std::vector<float> attn_;   // [T, q_dim]
   std::vector<float> out_;    // [T, hidden] sublayer output
-  std::vector<float> gate_;   // [rows, ffn]
-  std::vector<float> up_;     // [rows, ffn]
+  ops::MlpScratch mlp_scratch_;
   std::vector<float> ex_in_;  // [rows, hidden] tokens gathered for one expert
   std::vector<float> ex_out_; // [rows, hidden]
   std::vector<float> router_logits_;  // [T, experts]

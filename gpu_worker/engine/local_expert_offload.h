@@ -13,9 +13,6 @@
 
 namespace tandem {
 
-// Computes an expert MLP: out[rows, hidden] = down(silu(gate(x)) * up(x)).
-void RunExpertMlp(const MlpWeights& m, const float* x, int64_t rows, float* out);
-
 class LocalExpertOffload : public ExpertOffload {
  public:
   // `weights` must outlive this object; `remote(layer, expert)` picks the

@@ -27,27 +27,6 @@ absl::StatusOr<ops::LinearWeight> LoadLinear(const Checkpoint& ckpt, const std::
   return ops::LinearWeight::Create(t, prefer);
 }
 
-absl::StatusOr<MlpWeights> LoadMlp(const Checkpoint& ckpt, const std::string& prefix,
-                                   const std::string& suffix, ops::ComputeType prefer) {
-  MlpWeights m;
-  TANDEM_ASSIGN_OR_RETURN(m.gate, LoadLinear(ckpt, prefix + "ffn_gate" + suffix, prefer));
-  TANDEM_ASSIGN_OR_RETURN(m.up, LoadLinear(ckpt, prefix + "ffn_up" + suffix, prefer));
-  TANDEM_ASSIGN_OR_RETURN(m.down, LoadLinear(ckpt, prefix + "ffn_down" + suffix, prefer));
-  return m;
-}
-
-absl::StatusOr<MlpWeights> LoadExpert(const Checkpoint& ckpt, const std::string& prefix,
-                                      int64_t e, ops::ComputeType prefer) {
-  MlpWeights m;
-  TANDEM_ASSIGN_OR_RETURN(TensorView g, ckpt.ExpertTensor(prefix + "ffn_gate_exps", e));
-  TANDEM_ASSIGN_OR_RETURN(m.gate, ops::LinearWeight::Create(g, prefer));
-  TANDEM_ASSIGN_OR_RETURN(TensorView u, ckpt.ExpertTensor(prefix + "ffn_up_exps", e));
-  TANDEM_ASSIGN_OR_RETURN(m.up, ops::LinearWeight::Create(u, prefer));
-  TANDEM_ASSIGN_OR_RETURN(TensorView d, ckpt.ExpertTensor(prefix + "ffn_down_exps", e));
-  TANDEM_ASSIGN_OR_RETURN(m.down, ops::LinearWeight::Create(d, prefer));
-  return m;
-}
-
 absl::StatusOr<LayerWeights> LoadLayer(const Checkpoint& ckpt, int64_t i,
                                        ops::ComputeType prefer) {
   const ModelConfig& c = ckpt.config();
@@ -77,7 +56,7 @@ absl::StatusOr<LayerWeights> LoadLayer(const Checkpoint& ckpt, int64_t i,
 
   l.moe = c.IsMoeLayer(i);
   if (!l.moe) {
-    TANDEM_ASSIGN_OR_RETURN(l.mlp, LoadMlp(ckpt, p, ".weight", prefer));
+    TANDEM_ASSIGN_OR_RETURN(l.mlp, ops::LoadMlp(ckpt, i, ".weight", prefer));
     return l;
   }
   // The router decides discrete routes: keep it in f32 whatever the GEMM dtype.
@@ -85,12 +64,12 @@ absl::StatusOr<LayerWeights> LoadLayer(const Checkpoint& ckpt, int64_t i,
                           LoadLinear(ckpt, p + "ffn_gate_inp.weight", ops::ComputeType::kF32));
   l.experts.reserve(static_cast<size_t>(c.num_experts));
   for (int64_t e = 0; e < c.num_experts; ++e) {
-    TANDEM_ASSIGN_OR_RETURN(MlpWeights m, LoadExpert(ckpt, p, e, prefer));
+    TANDEM_ASSIGN_OR_RETURN(MlpWeights m, ops::LoadExpertMlp(ckpt, i, e, prefer));
     l.experts.push_back(std::move(m));
   }
   if (c.shared_expert_intermediate_size > 0) {
     l.has_shared_expert = true;
-    TANDEM_ASSIGN_OR_RETURN(l.shared, LoadMlp(ckpt, p, "_shexp.weight", prefer));
+    TANDEM_ASSIGN_OR_RETURN(l.shared, ops::LoadMlp(ckpt, i, "_shexp.weight", prefer));
     TANDEM_ASSIGN_OR_RETURN(l.shared_gate,
                             LoadVector(ckpt, p + "ffn_gate_inp_shexp.weight", c.hidden_size));
   }

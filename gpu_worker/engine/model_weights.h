@@ -10,14 +10,11 @@
 #include "absl/status/statusor.h"
 #include "common/checkpoint.h"
 #include "cpu_worker/ops/linear.h"
+#include "cpu_worker/ops/mlp.h"
 
 namespace tandem {
 
-struct MlpWeights {
-  ops::LinearWeight gate;  // [ffn, hidden]
-  ops::LinearWeight up;    // [ffn, hidden]
-  ops::LinearWeight down;  // [hidden, ffn]
-};
+using ops::MlpWeights;
 
 struct LayerWeights {
   std::vector<float> attn_norm;  // [hidden]
