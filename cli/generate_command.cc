@@ -1,7 +1,10 @@
 #include "cli/generate_command.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
+#include <tuple>
 #include <memory>
 #include <vector>
 
@@ -9,11 +12,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "cli/child_process.h"
 #include "common/checkpoint.h"
 #include "common/status_macros.h"
 #include "common/tokenizer/tokenizer.h"
+#include "cpu_worker/service/expert_server.h"
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/generator.h"
+#include "gpu_worker/engine/shm_expert_offload.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::cli {
@@ -40,6 +46,31 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const Checkpoint& ckpt)
         absl::StrCat(ckpt.path(), ": no tokenizer.json; use --prompt-ids"));
   }
   return Tokenizer::FromHfFiles(ckpt.tokenizer_json_path(), ckpt.tokenizer_config_path());
+}
+
+absl::StatusOr<std::pair<std::unique_ptr<ShmExpertOffload>, std::unique_ptr<ChildProcess>>>
+StartCpuWorker(const GenerateOptions& o, const ModelConfig& c, const ExpertPlacement& placement) {
+  ShmOffloadOptions so;
+  so.name_prefix = absl::StrCat("/tandem-", getpid(), "-experts");
+  so.hidden = c.hidden_size;
+  // One slot holds a whole prefill chunk's routed rows (512 tokens x top-k).
+  so.slot_bytes = std::max<int64_t>(1 << 20, (512 * c.num_experts_per_tok + 64) * c.hidden_size * 4);
+  so.slot_count = 2;
+  TANDEM_ASSIGN_OR_RETURN(auto offload, ShmExpertOffload::Create(so, placement));
+  TANDEM_ASSIGN_OR_RETURN(
+      auto child, ChildProcess::SpawnSelf({"cpu-worker", "--model", o.model, "--cpu-experts",
+                                           o.cpu_experts, "--expert-rings", so.name_prefix,
+                                           "--dtype", o.dtype}));
+  // Wait for the child to open the rings, noticing if it dies while loading.
+  for (;;) {
+    absl::Status s = offload->WaitForWorker(absl::Milliseconds(200));
+    if (s.ok()) break;
+    if (auto rc = child->Poll()) {
+      return absl::UnavailableError(absl::StrCat("the cpu_worker exited with status ", *rc,
+                                                 " before serving"));
+    }
+  }
+  return std::make_pair(std::move(offload), std::move(child));
 }
 
 absl::Status Run(const GenerateOptions& o) {
@@ -84,6 +115,19 @@ absl::Status Run(const GenerateOptions& o) {
     return absl::InvalidArgumentError("--dtype must be auto, bf16 or f32");
   }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
+
+  // Routed experts placed on the CPU run in a cpu_worker child process,
+  // reached through shared-memory rings.
+  // Declared so that the rings close (offload) before the child is reaped.
+  std::unique_ptr<ChildProcess> cpu_worker;
+  std::unique_ptr<ShmExpertOffload> offload;
+  if (o.cpu_experts != "none") {
+    TANDEM_ASSIGN_OR_RETURN(ExpertPlacement placement,
+                            ParseCpuExperts(o.cpu_experts, engine->config()));
+    TANDEM_ASSIGN_OR_RETURN(std::tie(offload, cpu_worker),
+                            StartCpuWorker(o, engine->config(), placement));
+    engine->SetExpertOffload(offload.get());
+  }
 
   std::unique_ptr<StreamingDetokenizer> detok;
   if (tok.ok() && !o.json) detok = std::make_unique<StreamingDetokenizer>(**tok);
@@ -140,6 +184,7 @@ CLI::App* AddGenerateCommand(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--seed,-s", o.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--dtype", o.dtype, "GEMM dtype: auto (bf16 for bf16 weights where the CPU has it), bf16, f32")->capture_default_str();
   cmd->add_option("--max-context", o.max_context, "Context length; 0 = the model's (at most 8192)");
+  cmd->add_option("--cpu-experts", o.cpu_experts, "Routed experts computed by a cpu_worker process: none, all or N-per-layer")->capture_default_str();
   cmd->add_flag("--json", o.json, "Print token ids, pieces and log-probs as JSON");
   cmd->add_flag("--ignore-eos", o.ignore_eos, "Keep generating past end-of-sequence tokens");
   cmd->add_flag("--no-special", o.no_special, "Treat special-token text in the prompt as plain text");

@@ -24,6 +24,7 @@ struct GenerateOptions {
   bool no_special = false;
   std::string dtype = "auto";
   int64_t max_context = 0;
+  std::string cpu_experts = "none";  // routed experts computed by a cpu_worker child
 };
 
 // Registers the subcommand; `run` is called with the parsed options.

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
+#include "cli/cpu_worker_command.h"
 #include "cli/generate_command.h"
 
 int main(int argc, char** argv) {
@@ -10,11 +11,14 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   tandem::cli::GenerateOptions gen;
   CLI::App* generate = tandem::cli::AddGenerateCommand(app, gen);
+  tandem::cli::CpuWorkerOptions cpu;
+  CLI::App* cpu_worker = tandem::cli::AddCpuWorkerCommand(app, cpu);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);  // CLI11 reports bad flags through exceptions; they stop here
   }
   if (generate->parsed()) return tandem::cli::RunGenerate(gen);
+  if (cpu_worker->parsed()) return tandem::cli::RunCpuWorker(cpu);
   return 1;
 }
