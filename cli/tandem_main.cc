@@ -5,6 +5,7 @@
 #include "CLI/CLI.hpp"
 #include "cli/cpu_worker_command.h"
 #include "cli/generate_command.h"
+#include "cli/gpu_worker_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Tandem: serves large language models across GPU and CPU"};
@@ -13,6 +14,8 @@ int main(int argc, char** argv) {
   CLI::App* generate = tandem::cli::AddGenerateCommand(app, gen);
   tandem::cli::CpuWorkerOptions cpu;
   CLI::App* cpu_worker = tandem::cli::AddCpuWorkerCommand(app, cpu);
+  tandem::cli::GpuWorkerOptions gpu;
+  CLI::App* gpu_worker = tandem::cli::AddGpuWorkerCommand(app, gpu);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -20,5 +23,6 @@ int main(int argc, char** argv) {
   }
   if (generate->parsed()) return tandem::cli::RunGenerate(gen);
   if (cpu_worker->parsed()) return tandem::cli::RunCpuWorker(cpu);
+  if (gpu_worker->parsed()) return tandem::cli::RunGpuWorker(gpu);
   return 1;
 }

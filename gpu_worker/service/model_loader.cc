@@ -1,0 +1,150 @@
+#include "gpu_worker/service/model_loader.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint.h"
+#include "common/status_macros.h"
+
+namespace tandem {
+namespace {
+
+constexpr int64_t kDefaultBlockSize = 16;
+constexpr int64_t kDefaultSequences = 4;
+constexpr int64_t kDefaultAttachMs = 60000;
+
+int64_t LinearBytes(const ops::LinearWeight& w) {
+  return w.rows() * w.cols() * (w.compute_type() == ops::ComputeType::kF32 ? 4 : 2);
+}
+int64_t MlpBytes(const MlpWeights& m) {
+  return LinearBytes(m.gate) + LinearBytes(m.up) + LinearBytes(m.down);
+}
+int64_t VecBytes(const std::vector<float>& v) { return static_cast<int64_t>(v.size()) * 4; }
+
+// Waits in short slices so that a shutdown or a cancelled call is noticed.
+absl::Status WaitForCpuWorker(ShmExpertOffload& offload, absl::Duration timeout,
+                              const std::function<bool()>& cancelled) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Status s;
+  for (;;) {
+    const absl::Duration left = deadline - absl::Now();
+    s = offload.WaitForWorker(std::clamp(left, absl::ZeroDuration(), absl::Milliseconds(100)));
+    if (s.ok() || !absl::IsDeadlineExceeded(s) || left <= absl::ZeroDuration()) break;
+    if (cancelled && cancelled()) {
+      return absl::CancelledError("LoadModel cancelled while waiting for the cpu_worker");
+    }
+  }
+  if (s.ok()) return s;
+  return absl::UnavailableError(absl::StrCat(
+      "LoadModel: no cpu_worker opened the expert rings ", offload.request_ring(), " and ",
+      offload.reply_ring(), " within ", absl::FormatDuration(timeout), " (", s.message(), ")"));
+}
+
+}  // namespace
+
+int64_t WeightBytes(const ModelWeights& w) {
+  int64_t n = w.token_embd.nbytes + VecBytes(w.output_norm);
+  // A tied head is the embedding converted, or the same bytes in place.
+  if (w.lm_head.data() != w.token_embd.data) n += LinearBytes(w.lm_head);
+  for (const LayerWeights& l : w.layers) {
+    n += VecBytes(l.attn_norm) + VecBytes(l.ffn_norm) + VecBytes(l.q_bias) + VecBytes(l.k_bias) +
+         VecBytes(l.v_bias) + VecBytes(l.q_norm) + VecBytes(l.k_norm) + VecBytes(l.o_bias);
+    n += LinearBytes(l.q) + LinearBytes(l.k) + LinearBytes(l.v) + LinearBytes(l.o);
+    if (!l.moe) {
+      n += MlpBytes(l.mlp);
+      continue;
+    }
+    n += LinearBytes(l.router);
+    for (const MlpWeights& e : l.experts) n += MlpBytes(e);
+    if (l.has_shared_expert) n += MlpBytes(l.shared) + VecBytes(l.shared_gate);
+  }
+  return n;
+}
+
+absl::StatusOr<EngineOptions> EngineOptionsFor(const proto::LoadModelRequest& req,
+                                               const ModelConfig& c) {
+  if (req.max_context() < 0 || req.kv_blocks() < 0 || req.block_size() < 0) {
+    return absl::InvalidArgumentError(
+        "LoadModel: max_context, kv_blocks and block_size must be >= 0");
+  }
+  EngineOptions o;
+  o.block_size = req.block_size() > 0 ? req.block_size() : kDefaultBlockSize;
+  // The engine's own rule for the context (kept in step so KV is sized for it).
+  int64_t ctx = req.max_context() > 0 ? req.max_context() : std::min<int64_t>(c.max_position, 8192);
+  if (c.sliding_window > 0) ctx = std::min(ctx, c.sliding_window);
+  o.max_context = ctx;
+  o.max_sequences = req.kv_blocks() > 0
+                        ? std::max<int64_t>(1, req.kv_blocks() * o.block_size / ctx)
+                        : kDefaultSequences;
+  return o;
+}
+
+absl::StatusOr<std::vector<std::vector<int32_t>>> RemoteExperts(
+    const proto::LoadModelRequest& req, const ModelConfig& c) {
+  const auto& layers = req.cpu_placement().experts();
+  if (static_cast<int64_t>(layers.size()) > c.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("LoadModel: cpu_placement lists ", layers.size(),
+                                                   " layers; the model has ", c.num_layers));
+  }
+  std::vector<std::vector<int32_t>> remote(static_cast<size_t>(c.num_layers));
+  for (int l = 0; l < layers.size(); ++l) {
+    const auto& ex = layers[l].experts();
+    if (!ex.empty() && !c.IsMoeLayer(l)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("LoadModel: cpu_placement lists experts for dense layer ", l));
+    }
+    for (int32_t e : ex) {
+      if (e < 0 || e >= c.num_experts) {
+        return absl::InvalidArgumentError(absl::StrCat("LoadModel: cpu_placement layer ", l,
+                                                       " lists expert ", e, " of ", c.num_experts));
+      }
+    }
+    remote[static_cast<size_t>(l)].assign(ex.begin(), ex.end());
+  }
+  return remote;
+}
+
+absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& req,
+                                               const std::function<bool()>& cancelled) {
+  if (req.model_path().empty()) return absl::InvalidArgumentError("LoadModel: model_path is empty");
+  if (req.attach_timeout_ms() < 0) {
+    return absl::InvalidArgumentError("LoadModel: attach_timeout_ms must be >= 0");
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(req.model_path()));
+  const ModelConfig& c = ckpt->config();
+  TANDEM_ASSIGN_OR_RETURN(EngineOptions eo, EngineOptionsFor(req, c));
+  TANDEM_ASSIGN_OR_RETURN(auto remote, RemoteExperts(req, c));
+  const bool any_remote =
+      std::any_of(remote.begin(), remote.end(), [](const auto& l) { return !l.empty(); });
+
+  LoadedModel m;
+  if (any_remote) {
+    if (req.data_segment().empty()) {
+      return absl::InvalidArgumentError(
+          "LoadModel: cpu_placement lists experts but data_segment (the ring prefix) is empty");
+    }
+    // The rings exist before the weights load, so the cpu_worker can attach meanwhile.
+    ShmOffloadOptions so;
+    so.name_prefix = req.data_segment();
+    so.hidden = c.hidden_size;
+    // One slot holds a whole 512-token prefill chunk's routed rows.
+    so.slot_bytes =
+        std::max<int64_t>(1 << 20, (512 * c.num_experts_per_tok + 64) * c.hidden_size * 4);
+    so.slot_count = 2;
+    TANDEM_ASSIGN_OR_RETURN(m.offload, ShmExpertOffload::Create(so, remote));
+  }
+  const int64_t max_sequences = eo.max_sequences;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
+  if (m.offload) {
+    const int64_t ms = req.attach_timeout_ms() > 0 ? req.attach_timeout_ms() : kDefaultAttachMs;
+    TANDEM_RETURN_IF_ERROR(WaitForCpuWorker(*m.offload, absl::Milliseconds(ms), cancelled));
+    engine->SetExpertOffload(m.offload.get());
+  }
+  m.response.set_weight_bytes(WeightBytes(engine->weights()));
+  const int64_t blocks_per_seq = (engine->max_context() + eo.block_size - 1) / eo.block_size;
+  m.response.set_kv_blocks(blocks_per_seq * max_sequences);
+  m.executor = std::make_unique<StepExecutor>(std::move(engine));
+  return m;
+}
+
+}  // namespace tandem

@@ -1,0 +1,51 @@
+// Turns a LoadModelRequest into a ready StepExecutor: validates the request,
+// opens the checkpoint, sizes the KV cache, builds the engine and, when the
+// request places routed experts on a cpu_worker, creates the shared-memory
+// rings to it and waits (bounded) for it to attach.
+#ifndef TANDEM_GPU_WORKER_SERVICE_MODEL_LOADER_H_
+#define TANDEM_GPU_WORKER_SERVICE_MODEL_LOADER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_config.h"
+#include "gpu_worker/engine/engine.h"
+#include "gpu_worker/engine/shm_expert_offload.h"
+#include "gpu_worker/service/step_executor.h"
+#include "proto/worker.pb.h"
+
+namespace tandem {
+
+struct LoadedModel {
+  // Declared first so it is destroyed last: the engine points at it.
+  std::unique_ptr<ShmExpertOffload> offload;  // null: every expert local
+  std::unique_ptr<StepExecutor> executor;
+  proto::LoadModelResponse response;
+};
+
+// Engine options from the request's sizes (0 = default) and the model:
+// max_sequences = max(1, kv_blocks * block_size / max_context).
+absl::StatusOr<EngineOptions> EngineOptionsFor(const proto::LoadModelRequest& req,
+                                               const ModelConfig& config);
+
+// Per layer, the experts the request's cpu_placement sends to the cpu_worker
+// (num_layers entries; empty lists where none). InvalidArgument for a layer
+// or expert the model does not have.
+absl::StatusOr<std::vector<std::vector<int32_t>>> RemoteExperts(
+    const proto::LoadModelRequest& req, const ModelConfig& config);
+
+// Codes: InvalidArgument for a malformed request, NotFound/Unimplemented as
+// Checkpoint::Open gives them, Unavailable if no cpu_worker attaches in time,
+// Cancelled if `cancelled` (polled while waiting for it) turns true.
+absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& req,
+                                               const std::function<bool()>& cancelled = {});
+
+// Bytes of weights the engine holds (in their compute dtype).
+int64_t WeightBytes(const ModelWeights& w);
+
+}  // namespace tandem
+
+#endif  // TANDEM_GPU_WORKER_SERVICE_MODEL_LOADER_H_

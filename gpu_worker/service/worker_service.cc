@@ -1,0 +1,90 @@
+#include "gpu_worker/service/worker_service.h"
+
+#include "gpu_worker/service/host_profiler.h"
+#include "gpu_worker/service/model_loader.h"
+#include "proto/grpc_status.h"
+
+namespace tandem {
+
+WorkerService::~WorkerService() {
+  absl::MutexLock lock(&mu_);
+  executor_.reset();  // before the offload it points at
+  offload_.reset();
+}
+
+absl::StatusOr<proto::LoadModelResponse> WorkerService::DoLoadModel(
+    const proto::LoadModelRequest& req, grpc::ServerContext* ctx) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_.load()) return absl::UnavailableError("worker is shutting down");
+  // Drop the old model first: its memory and its rings (a new cpu_worker may
+  // be attaching under the same names).
+  executor_.reset();
+  offload_.reset();
+  absl::StatusOr<LoadedModel> m = LoadModelForWorker(
+      req, [&] { return stopping_.load() || (ctx != nullptr && ctx->IsCancelled()); });
+  if (!m.ok()) return m.status();
+  offload_ = std::move(m->offload);
+  executor_ = std::move(m->executor);
+  draining_.store(false);
+  return m->response;
+}
+
+absl::StatusOr<proto::StepResult> WorkerService::DoStep(const proto::StepPlan& plan) {
+  absl::MutexLock lock(&mu_);
+  if (draining_.load()) return absl::UnavailableError("worker is draining: no more steps");
+  if (executor_ == nullptr) return absl::FailedPreconditionError("Step before LoadModel");
+  absl::StatusOr<proto::StepResult> r = executor_->Run(plan);
+  if (r.ok()) steps_done_.fetch_add(1);
+  return r;
+}
+
+absl::StatusOr<proto::ProfileResponse> WorkerService::DoProfile() {
+  absl::MutexLock lock(&mu_);  // never measure while a step competes for the cores
+  return ProfileHostDevice();
+}
+
+void WorkerService::DoDrain() {
+  draining_.store(true);
+  absl::MutexLock lock(&mu_);  // waits for the step in flight
+}
+
+void WorkerService::DoShutdown() {
+  stopping_.store(true);  // a LoadModel waiting for its cpu_worker gives up
+  DoDrain();
+  if (!shutdown_.HasBeenNotified()) shutdown_.Notify();
+}
+
+grpc::Status WorkerService::LoadModel(grpc::ServerContext* ctx, const proto::LoadModelRequest* req,
+                                      proto::LoadModelResponse* resp) {
+  absl::StatusOr<proto::LoadModelResponse> r = DoLoadModel(*req, ctx);
+  if (r.ok()) *resp = std::move(*r);
+  return ToGrpcStatus(r.status());
+}
+
+grpc::Status WorkerService::Profile(grpc::ServerContext*, const proto::ProfileRequest*,
+                                    proto::ProfileResponse* resp) {
+  absl::StatusOr<proto::ProfileResponse> r = DoProfile();
+  if (r.ok()) *resp = std::move(*r);
+  return ToGrpcStatus(r.status());
+}
+
+grpc::Status WorkerService::Step(grpc::ServerContext*, const proto::StepPlan* plan,
+                                 proto::StepResult* result) {
+  absl::StatusOr<proto::StepResult> r = DoStep(*plan);
+  if (r.ok()) *result = std::move(*r);
+  return ToGrpcStatus(r.status());
+}
+
+grpc::Status WorkerService::Drain(grpc::ServerContext*, const proto::DrainRequest*,
+                                  proto::DrainResponse*) {
+  DoDrain();
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Shutdown(grpc::ServerContext*, const proto::DrainRequest*,
+                                     proto::DrainResponse*) {
+  DoShutdown();
+  return grpc::Status::OK;
+}
+
+}  // namespace tandem
