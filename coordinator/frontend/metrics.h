@@ -1,0 +1,99 @@
+// Prometheus metrics of the serving path, exported at GET /metrics in the
+// text format. Names follow vLLM (label model_name) so existing dashboards
+// work, plus Tandem's own (tandem_*):
+//   histograms vllm:time_to_first_token_seconds,
+//   vllm:inter_token_latency_seconds,
+//     vllm:e2e_request_latency_seconds, vllm:request_queue_time_seconds,
+//     vllm:request_prompt_tokens, vllm:request_generation_tokens,
+//     tandem_worker_step_seconds{worker}
+//   counters vllm:prompt_tokens_total, vllm:generation_tokens_total,
+//     vllm:request_success_total{finished_reason},
+//     tandem_http_requests_total{endpoint,code}
+//   gauges vllm:num_requests_running, vllm:num_requests_waiting,
+//     vllm:kv_cache_usage_perc (0..1), tandem_kv_blocks_used{pool},
+//     tandem_kv_blocks_total{pool}, tandem_http_requests_in_flight
+// The frontend records the per-request figures; the scheduler / step driver
+// calls the Set*/Observe* functions below (all thread-safe).
+#ifndef TANDEM_COORDINATOR_FRONTEND_METRICS_H_
+#define TANDEM_COORDINATOR_FRONTEND_METRICS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace tandem::frontend {
+
+class Metrics {
+ public:
+  explicit Metrics(std::string model_name);
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // --- per request (the frontend) ---
+  void ObserveTimeToFirstToken(double seconds);
+  void ObserveInterTokenLatency(double seconds);
+  void ObserveE2eLatency(double seconds);
+  void ObserveQueueTime(double seconds);
+  void AddPromptTokens(int64_t n);
+  void AddGenerationTokens(int64_t n);
+  // A finished request: finish reason "stop" | "length" | "abort" | "error",
+  // and its token counts (for the per-request histograms).
+  void RequestFinished(std::string_view finish_reason, int64_t prompt_tokens,
+                       int64_t generation_tokens);
+  void CountHttpRequest(std::string_view endpoint, int status);
+  void SetHttpInFlight(int64_t n);
+
+  // --- the scheduler / step driver ---
+  void SetNumRequestsRunning(int64_t n);
+  void SetNumRequestsWaiting(int64_t n);
+  void SetKvCacheUsage(double fraction);  // GPU KV blocks in use, 0..1
+  // pool: "gpu" or "cpu".
+  void SetKvBlocks(std::string_view pool, int64_t used, int64_t total);
+  void ObserveWorkerStep(std::string_view worker, double seconds);
+
+  // Called at the start of every scrape (e.g. to refresh gauges lazily).
+  void SetCollectHook(std::function<void()> hook);
+
+  // The text exposition of every metric.
+  std::string Serialize();
+
+  prometheus::Registry& registry() { return *registry_; }
+
+ private:
+  std::string model_;
+  std::shared_ptr<prometheus::Registry> registry_;
+
+  prometheus::Histogram* ttft_;
+  prometheus::Histogram* itl_;
+  prometheus::Histogram* e2e_;
+  prometheus::Histogram* queue_;
+  prometheus::Histogram* req_prompt_tokens_;
+  prometheus::Histogram* req_gen_tokens_;
+  prometheus::Counter* prompt_tokens_;
+  prometheus::Counter* gen_tokens_;
+  prometheus::Family<prometheus::Counter>* success_;
+  prometheus::Family<prometheus::Counter>* http_requests_;
+  prometheus::Gauge* http_in_flight_;
+  prometheus::Gauge* running_;
+  prometheus::Gauge* waiting_;
+  prometheus::Gauge* kv_usage_;
+  prometheus::Family<prometheus::Gauge>* kv_blocks_used_;
+  prometheus::Family<prometheus::Gauge>* kv_blocks_total_;
+  prometheus::Family<prometheus::Histogram>* worker_step_;
+
+  std::mutex hook_mu_;
+  std::function<void()> hook_;
+};
+
+}  // namespace tandem::frontend
+
+#endif  // TANDEM_COORDINATOR_FRONTEND_METRICS_H_

@@ -1,0 +1,237 @@
+// Fields shared by /v1/completions and /v1/chat/completions.
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/frontend/api_error.h"
+#include "coordinator/frontend/request_parser.h"
+
+namespace tandem::frontend {
+namespace {
+
+using nlohmann::json;
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+absl::Status ParseLogitBias(const FieldReader& r, const ParseOptions& options,
+                            SamplingOptions* s) {
+  TANDEM_ASSIGN_OR_RETURN(const json* bias, r.Object("logit_bias"));
+  if (bias == nullptr) return absl::OkStatus();
+  s->logit_bias.clear();
+  for (auto it = bias->begin(); it != bias->end(); ++it) {
+    const std::string& key = it.key();
+    std::string name = absl::StrCat("logit_bias.", key);
+    int64_t id = -1;
+    bool digits = !key.empty() && key.size() <= 18 &&
+                  std::all_of(key.begin(), key.end(),
+                              [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || !absl::SimpleAtoi(key, &id)) {
+      return InvalidParam(
+          "logit_bias",
+          absl::StrCat(
+              "logit_bias keys must be token ids (decimal strings), got '", key,
+              "'"));
+    }
+    if (id >= options.vocab_size) {
+      return InvalidParam("logit_bias",
+                          absl::StrCat("logit_bias token id ", id,
+                                       " is out of vocabulary (size ",
+                                       options.vocab_size, ")"));
+    }
+    TANDEM_ASSIGN_OR_RETURN(double v,
+                            JsonToNumber(it.value(), name, -100.0, 100.0));
+    s->logit_bias[static_cast<int32_t>(id)] = static_cast<float>(v);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseCommonFields(const FieldReader& r,
+                               const ParseOptions& options,
+                               ParsedRequest* out) {
+  // model: optional (vLLM serves its one model when absent).
+  TANDEM_ASSIGN_OR_RETURN(auto model, r.String("model"));
+  if (model.has_value()) {
+    const auto& names = options.served_model_names;
+    if (std::find(names.begin(), names.end(), *model) == names.end()) {
+      return ModelNotFound(*model);
+    }
+    out->model = *model;
+  } else {
+    out->model =
+        options.served_model_names.empty() ? "" : options.served_model_names[0];
+  }
+
+  TANDEM_ASSIGN_OR_RETURN(
+      auto n, r.Int("n", std::numeric_limits<int64_t>::min(), kInt64Max));
+  if (n.has_value() && *n != 1) {
+    return InvalidParam(
+        "n", absl::StrCat(
+                 "Only n=1 is supported (one choice per prompt), got n=", *n));
+  }
+  TANDEM_ASSIGN_OR_RETURN(
+      auto best_of,
+      r.Int("best_of", std::numeric_limits<int64_t>::min(), kInt64Max));
+  if (best_of.has_value() && *best_of != 1) {
+    return InvalidParam(
+        "best_of", absl::StrCat("Only best_of=1 is supported, got ", *best_of));
+  }
+
+  TANDEM_ASSIGN_OR_RETURN(auto stream, r.Bool("stream"));
+  out->stream = stream.value_or(false);
+  TANDEM_ASSIGN_OR_RETURN(const json* so, r.Object("stream_options"));
+  if (so != nullptr) {
+    if (!out->stream) {
+      return InvalidParam("stream_options",
+                          "stream_options can only be set when stream is true");
+    }
+    FieldReader sr(*so, "stream_options.");
+    TANDEM_ASSIGN_OR_RETURN(auto include_usage, sr.Bool("include_usage"));
+    out->include_usage = include_usage.value_or(false);
+    TANDEM_ASSIGN_OR_RETURN(auto continuous, sr.Bool("continuous_usage_stats"));
+    (void)continuous;
+  }
+  TANDEM_ASSIGN_OR_RETURN(auto user, r.String("user"));  // accepted, ignored
+  (void)user;
+  return absl::OkStatus();
+}
+
+absl::Status ParseSamplingFields(const FieldReader& r,
+                                 const ParseOptions& options,
+                                 ParsedRequest* out) {
+  SamplingOptions& s = out->sampling;
+  TANDEM_ASSIGN_OR_RETURN(auto temperature, r.Number("temperature", 0.0, 2.0));
+  if (temperature) s.temperature = static_cast<float>(*temperature);
+  TANDEM_ASSIGN_OR_RETURN(auto top_p, r.Number("top_p", 0.0, 1.0));
+  if (top_p) {
+    if (*top_p <= 0.0)
+      return InvalidParam("top_p", "'top_p' must be in (0, 1], got 0");
+    s.top_p = static_cast<float>(*top_p);
+  }
+  TANDEM_ASSIGN_OR_RETURN(auto top_k, r.Int("top_k", -1, kInt32Max));
+  if (top_k) s.top_k = static_cast<int32_t>(*top_k);
+  TANDEM_ASSIGN_OR_RETURN(auto min_p, r.Number("min_p", 0.0, 1.0));
+  if (min_p) s.min_p = static_cast<float>(*min_p);
+  TANDEM_ASSIGN_OR_RETURN(auto presence,
+                          r.Number("presence_penalty", -2.0, 2.0));
+  if (presence) s.presence_penalty = static_cast<float>(*presence);
+  TANDEM_ASSIGN_OR_RETURN(auto frequency,
+                          r.Number("frequency_penalty", -2.0, 2.0));
+  if (frequency) s.frequency_penalty = static_cast<float>(*frequency);
+  TANDEM_ASSIGN_OR_RETURN(auto repetition,
+                          r.Number("repetition_penalty", 0.0, 1e6));
+  if (repetition) {
+    if (*repetition <= 0.0) {
+      return InvalidParam("repetition_penalty",
+                          "'repetition_penalty' must be > 0");
+    }
+    s.repetition_penalty = static_cast<float>(*repetition);
+  }
+  TANDEM_ASSIGN_OR_RETURN(auto seed, r.Bits64("seed"));
+  if (seed) s.seed = *seed;
+
+  TANDEM_ASSIGN_OR_RETURN(auto stop, r.StringOrList("stop"));
+  if (stop) {
+    s.stop.clear();
+    for (auto& str : *stop) {
+      if (!str.empty()) s.stop.push_back(std::move(str));
+    }
+    if (static_cast<int64_t>(s.stop.size()) > options.max_stop_sequences) {
+      return InvalidParam(
+          "stop",
+          absl::StrCat("At most ", options.max_stop_sequences,
+                       " stop sequences are allowed, got ", s.stop.size()));
+    }
+  }
+  TANDEM_ASSIGN_OR_RETURN(auto include_stop,
+                          r.Bool("include_stop_str_in_output"));
+  if (include_stop) s.include_stop_str_in_output = *include_stop;
+  TANDEM_ASSIGN_OR_RETURN(
+      auto stop_ids, r.IntList("stop_token_ids", 0,
+                               std::max<int64_t>(options.vocab_size - 1, 0)));
+  if (stop_ids) {
+    s.stop_token_ids.assign(stop_ids->begin(), stop_ids->end());
+  }
+  TANDEM_ASSIGN_OR_RETURN(auto ignore_eos, r.Bool("ignore_eos"));
+  if (ignore_eos) s.ignore_eos = *ignore_eos;
+  TANDEM_ASSIGN_OR_RETURN(auto skip_special, r.Bool("skip_special_tokens"));
+  if (skip_special) s.skip_special_tokens = *skip_special;
+  TANDEM_ASSIGN_OR_RETURN(auto min_tokens, r.Int("min_tokens", 0, kInt64Max));
+  if (min_tokens) s.min_tokens = *min_tokens;
+  TANDEM_RETURN_IF_ERROR(ParseLogitBias(r, options, &s));
+  TANDEM_ASSIGN_OR_RETURN(auto as_ids, r.Bool("return_tokens_as_token_ids"));
+  out->return_tokens_as_token_ids = as_ids.value_or(false);
+  return absl::OkStatus();
+}
+
+absl::Status ResolveMaxTokens(std::optional<int64_t> requested,
+                              std::optional<int64_t> default_max,
+                              std::string_view prompt_param,
+                              std::string_view max_tokens_param,
+                              const ParseOptions& options, ParsedRequest* out) {
+  const int64_t ctx = options.max_context;
+  for (PromptInput& p : out->prompts) {
+    const int64_t len = static_cast<int64_t>(p.ids.size());
+    if (len >= ctx) {
+      return ContextLengthExceeded(
+          prompt_param,
+          absl::StrCat("This model's maximum context length is ", ctx,
+                       " tokens. However, your prompt is ", len,
+                       " tokens, which leaves no room for a completion. Please "
+                       "reduce the "
+                       "length of the prompt."));
+    }
+    if (requested.has_value()) {
+      if (*requested > ctx - len) {
+        return ContextLengthExceeded(
+            max_tokens_param,
+            absl::StrCat("This model's maximum context length is ", ctx,
+                         " tokens. However, you requested ", len + *requested,
+                         " tokens (", len, " in the prompt, ", *requested,
+                         " in the completion). Please reduce the length of the "
+                         "prompt or "
+                         "completion."));
+      }
+      p.max_tokens = *requested;
+    } else {
+      p.max_tokens = default_max.has_value() ? std::min(*default_max, ctx - len)
+                                             : ctx - len;
+    }
+  }
+  if (out->sampling.min_tokens > 0) {
+    for (const PromptInput& p : out->prompts) {
+      if (out->sampling.min_tokens > p.max_tokens) {
+        return InvalidParam(
+            "min_tokens",
+            absl::StrCat("'min_tokens' (", out->sampling.min_tokens,
+                         ") must not exceed max_tokens (", p.max_tokens, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<GenerationRequest> ToGenerationRequests(
+    const ParsedRequest& parsed, std::string_view request_id,
+    std::chrono::steady_clock::time_point arrival) {
+  std::vector<GenerationRequest> out;
+  out.reserve(parsed.prompts.size());
+  for (size_t i = 0; i < parsed.prompts.size(); ++i) {
+    GenerationRequest g;
+    g.request_id = absl::StrCat(std::string(request_id), "-", i);
+    g.prompt_ids = parsed.prompts[i].ids;
+    g.sampling = parsed.sampling;
+    g.sampling.max_tokens = parsed.prompts[i].max_tokens;
+    g.arrival_time = arrival;
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+}  // namespace tandem::frontend

@@ -1,0 +1,113 @@
+#include "coordinator/frontend/sse_stream.h"
+
+#include <utility>
+
+namespace tandem::frontend {
+
+SseStream::SseStream(const ResponseContext& ctx,
+                     const std::vector<PromptInput>& prompts,
+                     const TextProcessor& tp)
+    : ctx_(ctx), tp_(tp) {
+  choices_.reserve(prompts.size());
+  for (const PromptInput& p : prompts) choices_.emplace_back(ctx, p);
+}
+
+std::string SseStream::Frame(const ojson& chunk) {
+  std::string s = "data: ";
+  s += DumpJson(chunk);
+  s += "\n\n";
+  return s;
+}
+
+std::string SseStream::ErrorFrame(const ApiError& error) {
+  return "data: " + ErrorBody(error) + "\n\n";
+}
+
+ojson SseStream::Chunk(ojson choices, bool usage_null) const {
+  const bool chat = ctx_.endpoint == Endpoint::kChat;
+  ojson c;
+  c["id"] = ctx_.id;
+  c["object"] = chat ? "chat.completion.chunk" : "text_completion";
+  c["created"] = ctx_.created;
+  c["model"] = ctx_.model;
+  c["choices"] = std::move(choices);
+  if (usage_null) c["usage"] = nullptr;
+  return c;
+}
+
+std::string SseStream::Start() {
+  if (ctx_.endpoint != Endpoint::kChat) return "";
+  std::string out;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    ojson delta;
+    delta["role"] = "assistant";
+    delta["content"] = "";
+    ojson choice;
+    choice["index"] = i;
+    choice["delta"] = std::move(delta);
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = nullptr;
+    out += Frame(Chunk(ojson::array({std::move(choice)}), ctx_.include_usage));
+  }
+  return out;
+}
+
+std::string SseStream::Event(size_t index, const GenerationEvent& e) {
+  if (index >= choices_.size() || choices_[index].finished()) return "";
+  ChoiceState& state = choices_[index];
+  ChoiceDelta d = state.Apply(e, tp_);
+  const bool has_logprobs = ctx_.logprobs && !d.logprobs.empty();
+  if (d.text.empty() && !has_logprobs && !d.finished) return "";
+
+  LogprobFormatter fmt(tp_, ctx_);
+  ojson choice;
+  choice["index"] = index;
+  if (ctx_.endpoint == Endpoint::kChat) {
+    ojson delta = ojson::object();
+    if (!d.text.empty() || has_logprobs) delta["content"] = d.text;
+    choice["delta"] = std::move(delta);
+    choice["logprobs"] = has_logprobs ? fmt.Chat(d.logprobs) : ojson(nullptr);
+  } else {
+    choice["text"] = d.text;
+    if (has_logprobs) {
+      int64_t offset = state.text_offset();
+      choice["logprobs"] = fmt.Completion(d.logprobs, &offset);
+      state.set_text_offset(offset);
+    } else {
+      choice["logprobs"] = nullptr;
+    }
+  }
+  choice["finish_reason"] =
+      d.finished ? ojson(d.finish_reason) : ojson(nullptr);
+  choice["stop_reason"] = d.stop_reason;
+  return Frame(Chunk(ojson::array({std::move(choice)}), ctx_.include_usage));
+}
+
+std::string SseStream::End() {
+  std::string out;
+  if (ctx_.include_usage) {
+    ojson c = Chunk(ojson::array(), false);
+    c["usage"] = usage().ToJson();
+    out += Frame(c);
+  }
+  out += "data: [DONE]\n\n";
+  return out;
+}
+
+Usage SseStream::usage() const {
+  Usage u;
+  for (const ChoiceState& c : choices_) {
+    u.prompt_tokens += c.prompt_tokens();
+    u.completion_tokens += c.completion_tokens();
+  }
+  return u;
+}
+
+bool SseStream::AllFinished() const {
+  for (const ChoiceState& c : choices_) {
+    if (!c.finished()) return false;
+  }
+  return true;
+}
+
+}  // namespace tandem::frontend
