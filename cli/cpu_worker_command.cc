@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 
+#include "absl/time/clock.h"
 #include "common/checkpoint.h"
 #include "common/shm/slot_ring.h"
 #include "common/status_macros.h"
@@ -24,10 +25,23 @@ absl::Status Run(const CpuWorkerOptions& o) {
   const ops::ComputeType ct = o.dtype == "f32" ? ops::ComputeType::kF32 : ops::ComputeType::kBF16;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertServer> server,
                           ExpertServer::Create(*ckpt, placement, ct));
-  TANDEM_ASSIGN_OR_RETURN(auto requests,
-                          shm::SlotRing::Open(o.expert_rings + "-req", shm::RingRole::kConsumer));
-  TANDEM_ASSIGN_OR_RETURN(auto replies,
-                          shm::SlotRing::Open(o.expert_rings + "-rep", shm::RingRole::kProducer));
+  // The gpu_worker creates the rings when the coordinator loads the model,
+  // which may be after this process starts: retry until they exist.
+  std::unique_ptr<shm::SlotRing> requests, replies;
+  const absl::Time deadline = absl::Now() + absl::Seconds(o.attach_timeout_s);
+  for (;;) {
+    auto req = shm::SlotRing::Open(o.expert_rings + "-req", shm::RingRole::kConsumer);
+    if (req.ok()) {
+      TANDEM_ASSIGN_OR_RETURN(
+          replies, shm::SlotRing::Open(o.expert_rings + "-rep", shm::RingRole::kProducer));
+      requests = std::move(*req);
+      break;
+    }
+    if (!absl::IsNotFound(req.status()) || absl::Now() > deadline || g_stop.load()) {
+      return req.status();
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
   absl::Status s = server->Serve(*requests, *replies, g_stop);
   // The gpu_worker closing its rings is the normal end.
   if (absl::IsUnavailable(s)) return absl::OkStatus();
@@ -42,6 +56,7 @@ CLI::App* AddCpuWorkerCommand(CLI::App& app, CpuWorkerOptions& o) {
   cmd->add_option("--cpu-experts", o.cpu_experts, "Experts computed here: all, none or N-per-layer")->capture_default_str();
   cmd->add_option("--expert-rings", o.expert_rings, "Shared-memory ring name prefix made by the gpu_worker")->required();
   cmd->add_option("--dtype", o.dtype, "GEMM dtype: auto, bf16 or f32")->capture_default_str();
+  cmd->add_option("--attach-timeout", o.attach_timeout_s, "Seconds to wait for the gpu_worker's rings")->capture_default_str();
   return cmd;
 }
 

@@ -15,6 +15,7 @@ struct CpuWorkerOptions {
   std::string cpu_experts = "all";
   std::string expert_rings;  // name prefix: <prefix>-req, <prefix>-rep
   std::string dtype = "auto";
+  int64_t attach_timeout_s = 300;
 };
 
 CLI::App* AddCpuWorkerCommand(CLI::App& app, CpuWorkerOptions& opts);
