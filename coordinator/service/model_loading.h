@@ -1,0 +1,95 @@
+// Loading a model on a gpu_worker: what to load (ModelSpec) turned into a
+// proto::LoadModelRequest, and the call itself, made asynchronously because
+// it can take long — the worker reads the checkpoint and, when routed
+// experts are placed on a cpu_worker, creates the shared-memory rings named
+// by `data_segment` and returns only once that cpu_worker has attached (or
+// UNAVAILABLE after attach_timeout). The caller starts the cpu_worker (with
+// --expert-rings <data_segment>) meanwhile.
+#ifndef TANDEM_COORDINATOR_SERVICE_MODEL_LOADING_H_
+#define TANDEM_COORDINATOR_SERVICE_MODEL_LOADING_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "proto/worker.grpc.pb.h"
+
+namespace tandem::coord {
+
+struct ModelSpec {
+  std::string model_path;  // HF directory or .gguf file, as the worker sees it
+  int64_t max_context = 0;  // tokens per sequence; > 0
+  int64_t block_size = 16;  // tokens per KV block; > 0
+  // KV blocks on the gpu_worker; > 0. The worker sizes its cache in whole
+  // sequences of max_context tokens; KvBlocksAfterRounding() says how many
+  // blocks it will hold.
+  int64_t kv_blocks = 0;
+  // Per layer, the routed experts a cpu_worker computes (empty: none; a
+  // shorter list leaves the remaining layers on the GPU).
+  std::vector<std::vector<int32_t>> cpu_experts;
+  // POSIX shm name prefix of the expert rings ("/tandem-<pid>-experts");
+  // required when cpu_experts lists any expert.
+  std::string data_segment;
+  std::string weight_segment;  // host weight store to map, if any
+  absl::Duration attach_timeout = absl::Seconds(60);
+
+  bool has_cpu_experts() const;
+  // InvalidArgument naming the bad field.
+  absl::Status Validate() const;
+  // max(1, kv_blocks * block_size / max_context) sequences of
+  // ceil(max_context / block_size) blocks: the worker's rule.
+  int64_t KvBlocksAfterRounding() const;
+};
+
+// The gpu_worker's request: whole_model placement plus the CPU experts.
+proto::LoadModelRequest BuildLoadModelRequest(const ModelSpec& spec);
+
+// An insecure channel to a worker with message limits large enough for the
+// biggest step results (prompt log-probs of long chunks).
+std::shared_ptr<grpc::Channel> MakeWorkerChannel(const std::string& address);
+
+// One LoadModel call in flight. Thread-safe.
+class PendingLoad {
+ public:
+  // Starts the call; `timeout` bounds it as a whole (the deadline).
+  static std::unique_ptr<PendingLoad> Start(proto::Worker::Stub& stub,
+                                            proto::LoadModelRequest request,
+                                            absl::Duration timeout);
+  ~PendingLoad();  // cancels the call if still running and waits for it
+
+  // True once the call has ended (now or within `timeout`).
+  bool Wait(absl::Duration timeout = absl::InfiniteDuration());
+  bool done() const { return done_.HasBeenNotified(); }
+  // Ends the call early: it finishes with kCancelled. Idempotent.
+  void Cancel();
+  // The outcome; call after Wait() returned true. Errors are prefixed with
+  // "LoadModel on <peer>" where known.
+  absl::StatusOr<proto::LoadModelResponse> result() const;
+
+ private:
+  PendingLoad() = default;
+
+  grpc::ClientContext ctx_;
+  proto::LoadModelRequest request_;
+  proto::LoadModelResponse response_;
+  absl::Notification done_;
+  mutable absl::Mutex mu_;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// Synchronous form: starts the load and waits for it.
+absl::StatusOr<proto::LoadModelResponse> LoadModelOnWorker(
+    proto::Worker::Stub& stub, const ModelSpec& spec,
+    absl::Duration timeout);
+
+}  // namespace tandem::coord
+
+#endif  // TANDEM_COORDINATOR_SERVICE_MODEL_LOADING_H_

@@ -1,0 +1,324 @@
+// StepDriver's loop: event delivery, model loads, steps and worker loss.
+#include <chrono>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/service/plan_conversion.h"
+#include "coordinator/service/step_driver.h"
+#include "proto/grpc_status.h"
+
+namespace tandem::coord {
+namespace {
+
+// A Step failing with one of these means the worker (or its model) is gone:
+// reload before going on.
+bool IsWorkerFailure(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kFailedPrecondition:  // no model: it restarted
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A LoadModel failing with one of these may succeed later.
+bool IsRetryableLoadFailure(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kUnknown:
+      return true;
+    default:
+      return false;
+  }
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t)
+      .count();
+}
+
+}  // namespace
+
+void StepDriver::Loop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    if (!outbox_.empty() || !stats_out_.empty()) {
+      DeliverOutbox();
+      continue;
+    }
+    if (loss_.has_value()) {
+      HandleWorkerLoss();
+      continue;
+    }
+    if (state_ == WorkerState::kNeedLoad && absl::Now() >= next_load_) {
+      LoadModel();
+      continue;
+    }
+    if (state_ == WorkerState::kReady && !stalled_ &&
+        scheduler_->num_unfinished() > 0) {
+      RunStep();
+      continue;
+    }
+    if (state_ == WorkerState::kNeedLoad) {
+      cv_.WaitWithDeadline(&mu_, next_load_);
+    } else {
+      cv_.Wait(&mu_);
+    }
+  }
+}
+
+void StepDriver::DeliverOutbox() {
+  std::vector<Outgoing> batch;
+  batch.swap(outbox_);
+  std::vector<StepStats> stats;
+  stats.swap(stats_out_);
+  mu_.Unlock();
+  absl::flat_hash_set<int64_t> gone;  // consumers that went away
+  for (Outgoing& o : batch) {
+    if (gone.contains(o.request_id)) continue;
+    const bool keep = (*o.callback)(o.event);
+    if (!keep && !o.event.finished) gone.insert(o.request_id);
+  }
+  if (config_.on_step) {
+    for (const StepStats& s : stats) config_.on_step(s);
+  }
+  mu_.Lock();
+  for (int64_t id : gone) {
+    if (live_.erase(id) == 0) continue;  // finished meanwhile
+    (void)scheduler_->Abort(id);         // frees its KV now
+    stalled_ = false;
+  }
+}
+
+void StepDriver::LoadModel() {
+  if (!current_.has_value()) {
+    state_ = WorkerState::kNone;
+    return;
+  }
+  state_ = WorkerState::kLoading;
+  const Worker target = *current_;
+  const int64_t epoch = worker_epoch_;
+  auto stub = std::shared_ptr<proto::Worker::Stub>(
+      proto::Worker::NewStub(MakeWorkerChannel(target.address)));
+  Log(absl::StrCat("loading ", config_.model.model_path, " on gpu_worker ",
+                   target.id, " at ", target.address));
+  std::unique_ptr<PendingLoad> load = PendingLoad::Start(
+      *stub, BuildLoadModelRequest(config_.model), config_.load_timeout);
+  load_ = load.get();
+  mu_.Unlock();
+  load->Wait();
+  mu_.Lock();
+  load_ = nullptr;
+  absl::StatusOr<proto::LoadModelResponse> r = load->result();
+  if (stopping_ || epoch != worker_epoch_) return;  // that worker is gone
+  const int64_t need = scheduler_->num_total_blocks(sched::KvPool::kGpu);
+  if (r.ok() && r->kv_blocks() < need) {
+    r = absl::FailedPreconditionError(absl::StrCat(
+        "gpu_worker ", target.id, " holds ", r->kv_blocks(),
+        " KV blocks; the scheduler plans for ", need));
+  }
+  if (r.ok()) {
+    stub_ = std::move(stub);
+    state_ = WorkerState::kReady;
+    ++metrics_.num_model_loads;
+    stalled_ = false;
+    Log(absl::StrCat("gpu_worker ", target.id, " ready: ", r->weight_bytes(),
+                     " bytes of weights, ", r->kv_blocks(), " KV blocks"));
+    return;
+  }
+  metrics_.last_error = std::string(r.status().message());
+  if (IsRetryableLoadFailure(r.status().code())) {
+    state_ = WorkerState::kNeedLoad;
+    next_load_ = absl::Now() + config_.load_retry_interval;
+    Log(absl::StrCat("LoadModel on gpu_worker ", target.id, " failed (",
+                     r.status().ToString(), "); retrying in ",
+                     absl::FormatDuration(config_.load_retry_interval)));
+    return;
+  }
+  state_ = WorkerState::kLoadFailed;
+  load_error_ = r.status();
+  Log(absl::StrCat("LoadModel on gpu_worker ", target.id,
+                   " failed: ", r.status().ToString(),
+                   "; waiting requests fail until another gpu_worker "
+                   "registers"));
+  FailRequests(scheduler_->waiting_ids(),
+               absl::UnavailableError(absl::StrCat(
+                   "the model could not be loaded: ", r.status().message())));
+}
+
+void StepDriver::HandleWorkerLoss() {
+  const absl::Status cause = *std::move(loss_);
+  loss_.reset();
+  ++metrics_.num_worker_losses;
+  metrics_.last_error = std::string(cause.message());
+  const std::vector<int64_t> running = scheduler_->running_ids();
+  Log(absl::StrCat(cause.message(), "; failing ", running.size(),
+                   " running requests, ", scheduler_->num_waiting(),
+                   " stay queued"));
+  FailRequests(running,
+               absl::UnavailableError(absl::StrCat(
+                   cause.message(),
+                   "; the request was running there and cannot resume")));
+  pending_free_.clear();  // the next worker holds no sequences
+  stalled_ = false;
+}
+
+proto::StepPlan StepDriver::BuildPlan(const sched::StepPlan& plan) {
+  proto::StepPlan out;
+  out.set_step(plan.step_id);
+  static const GenerationParams kDefaults;
+  for (const sched::ScheduledChunk& c : plan.chunks) {
+    const sched::Request* r = scheduler_->GetRequest(c.request_id);
+    const int64_t generated = r != nullptr ? r->num_output_tokens() : 0;
+    auto it = live_.find(c.request_id);
+    if (it == live_.end()) {
+      *out.add_sequences() = ToStepSequence(c, kDefaults, 0, generated);
+      continue;
+    }
+    LiveRequest& live = it->second;
+    *out.add_sequences() = ToStepSequence(c, live.params, live.seed,
+                                          generated, config_.eos_token_ids);
+    live.output->set_queue_time(SecondsSince(live.arrival));
+  }
+  out.mutable_free_seq_ids()->Add(pending_free_.begin(), pending_free_.end());
+  pending_free_.clear();
+  return out;
+}
+
+void StepDriver::RunStep() {
+  absl::StatusOr<sched::StepPlan> scheduled = scheduler_->Schedule();
+  if (!scheduled.ok()) {  // only with a step in flight: a bug
+    Log(absl::StrCat("Schedule failed: ", scheduled.status().ToString()));
+    stalled_ = true;
+    return;
+  }
+  const sched::StepPlan plan = *std::move(scheduled);
+  TakeFinished(plan.finished);
+  pending_free_.insert(pending_free_.end(), plan.preempted.begin(),
+                       plan.preempted.end());
+  if (plan.empty()) {
+    stalled_ = true;  // nothing can run until something changes
+    return;
+  }
+  const proto::StepPlan request = BuildPlan(plan);
+  const Worker worker = *current_;
+  const int64_t epoch = worker_epoch_;
+  std::shared_ptr<proto::Worker::Stub> stub = stub_;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + config_.step_timeout));
+  proto::StepResult result;
+  step_ctx_ = &ctx;
+  mu_.Unlock();
+  const auto t0 = std::chrono::steady_clock::now();
+  const grpc::Status rpc = stub->Step(&ctx, request, &result);
+  const double wall = SecondsSince(t0);
+  mu_.Lock();
+  step_ctx_ = nullptr;
+
+  if (stopping_ || epoch != worker_epoch_ || !rpc.ok()) {
+    (void)scheduler_->OnStepFailed(plan.step_id);
+    RecordStep(plan, wall, 0.0, /*ok=*/false);
+    // Stopping, or the worker was declared dead meanwhile (loss_ is set).
+    if (stopping_ || epoch != worker_epoch_) return;
+    const absl::Status s = FromGrpcStatus(
+        rpc, absl::StrCat("Step ", plan.step_id, " on gpu_worker ", worker.id,
+                          " at ", worker.address));
+    if (IsWorkerFailure(s.code())) {
+      loss_ = absl::UnavailableError(s.message());
+      stub_.reset();
+      state_ = WorkerState::kNeedLoad;  // the same worker, unless it is dead
+      next_load_ = absl::Now();
+      return;
+    }
+    Log(absl::StrCat(s.ToString(), "; failing the step's ",
+                     plan.chunks.size(), " requests"));
+    // The worker may not have got to its frees: send them again (freeing
+    // twice is harmless).
+    pending_free_.insert(pending_free_.end(), request.free_seq_ids().begin(),
+                         request.free_seq_ids().end());
+    FailStep(plan, s);
+    return;
+  }
+  RecordStep(plan, wall, result.step_seconds(), /*ok=*/true);
+  ApplyResult(plan, result);
+}
+
+void StepDriver::ApplyResult(const sched::StepPlan& plan,
+                             const proto::StepResult& result) {
+  absl::flat_hash_map<int64_t, const proto::SequenceResult*> by_id;
+  absl::StatusOr<std::vector<sched::SampledToken>> tokens =
+      MatchResults(plan, result, &by_id);
+  absl::StatusOr<std::vector<sched::RequestUpdate>> updates =
+      tokens.ok() ? scheduler_->OnStepResult(plan.step_id, *tokens)
+                  : tokens.status();
+  if (!updates.ok()) {
+    (void)scheduler_->OnStepFailed(plan.step_id);
+    const absl::Status s = absl::InternalError(absl::StrCat(
+        "bad result from the gpu_worker: ", updates.status().message()));
+    Log(s.ToString());
+    FailStep(plan, s);
+    return;
+  }
+  for (const sched::RequestUpdate& u : *updates) {
+    ++metrics_.generated_tokens;
+    auto it = live_.find(u.request_id);
+    if (it == live_.end()) continue;  // aborted while the step ran
+    LiveRequest& live = it->second;
+    std::optional<TokenLogprob> logprob;
+    if (live.params.top_logprobs >= 0) {
+      logprob = ToTokenLogprob(*by_id.at(u.request_id));
+    }
+    const std::optional<FinishReason> finish =
+        live.output->AddToken(u.token, logprob, u.finished);
+    if (!finish.has_value()) {
+      Emit(u.request_id, live, live.output->TakeEvent());
+      continue;
+    }
+    if (!u.finished.has_value()) {  // a stop string: free its KV now
+      (void)scheduler_->Finish(u.request_id, FinishReason::kStop);
+    }
+    FinishLive(u.request_id, *finish, absl::OkStatus());
+  }
+}
+
+void StepDriver::FailStep(const sched::StepPlan& plan,
+                          const absl::Status& status) {
+  std::vector<int64_t> ids;
+  ids.reserve(plan.chunks.size());
+  for (const sched::ScheduledChunk& c : plan.chunks) ids.push_back(c.request_id);
+  FailRequests(ids, status);
+}
+
+void StepDriver::RecordStep(const sched::StepPlan& plan, double wall_seconds,
+                            double worker_seconds, bool ok) {
+  StepStats s;
+  s.step_id = plan.step_id;
+  s.num_sequences = static_cast<int64_t>(plan.chunks.size());
+  s.num_tokens = plan.num_batched_tokens;
+  for (const sched::ScheduledChunk& c : plan.chunks) {
+    const auto n = static_cast<int64_t>(c.tokens.size());
+    (c.is_decode ? s.num_decode_tokens : s.num_prefill_tokens) += n;
+  }
+  s.wall_seconds = wall_seconds;
+  s.worker_seconds = worker_seconds;
+  s.ok = ok;
+  if (ok) {
+    ++metrics_.num_steps;
+    metrics_.prompt_tokens += s.num_prefill_tokens;
+    metrics_.step_seconds.Observe(wall_seconds);
+  } else {
+    ++metrics_.num_step_failures;
+  }
+  if (config_.on_step) stats_out_.push_back(s);
+}
+
+}  // namespace tandem::coord
