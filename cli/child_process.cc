@@ -17,7 +17,10 @@ namespace tandem::cli {
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::SpawnSelf(
     const std::vector<std::string>& args) {
   std::vector<char*> argv;
-  std::string exe = "/proc/self/exe";
+  // argv[0] is the real path, so `ps` shows what runs.
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  std::string exe = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "/proc/self/exe";
   argv.push_back(exe.data());
   std::vector<std::string> copy = args;
   for (auto& a : copy) argv.push_back(a.data());

@@ -6,6 +6,7 @@
 #include "cli/cpu_worker_command.h"
 #include "cli/generate_command.h"
 #include "cli/gpu_worker_command.h"
+#include "cli/serve_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Tandem: serves large language models across GPU and CPU"};
@@ -16,11 +17,14 @@ int main(int argc, char** argv) {
   CLI::App* cpu_worker = tandem::cli::AddCpuWorkerCommand(app, cpu);
   tandem::cli::GpuWorkerOptions gpu;
   CLI::App* gpu_worker = tandem::cli::AddGpuWorkerCommand(app, gpu);
+  tandem::cli::ServeOptions serve;
+  CLI::App* serve_cmd = tandem::cli::AddServeCommand(app, serve);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);  // CLI11 reports bad flags through exceptions; they stop here
   }
+  if (serve_cmd->parsed()) return tandem::cli::RunServe(serve);
   if (generate->parsed()) return tandem::cli::RunGenerate(gen);
   if (cpu_worker->parsed()) return tandem::cli::RunCpuWorker(cpu);
   if (gpu_worker->parsed()) return tandem::cli::RunGpuWorker(gpu);

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# `tandem serve` as users run it, on loopback with the default model: a chat
+# answer, a streamed completion, greedy text equal to `tandem generate`,
+# errors, health and metrics; a killed gpu_worker is restarted and serving
+# resumes; SIGTERM stops everything and leaves nothing behind.
+set -uo pipefail
+TANDEM="$1"
+MODEL="${TANDEM_SMOLLM2_GGUF:-}"
+fails=0
+passes=0
+check() {
+  local name="$1"; shift
+  if "$@"; then passes=$((passes + 1)); else echo "FAIL: $name"; fails=$((fails + 1)); fi
+}
+if [ -z "$MODEL" ]; then
+  echo "FAIL: TANDEM_SMOLLM2_GGUF not set (deploy/test.sh sets it)"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+out=$(mktemp); err=$(mktemp)
+"$TANDEM" serve --model "$MODEL" --served-model-name smollm2 --port 0 >"$out" 2>"$err" &
+SERVE=$!
+cleanup() { kill -9 "$SERVE" 2>/dev/null; pkill -9 -P "$SERVE" 2>/dev/null; rm -f "$out" "$err"; }
+trap cleanup EXIT
+URL=""
+for _ in $(seq 1 100); do
+  URL=$(sed -n 's/^serving .* on \(http:[^ ]*\)$/\1/p' "$out")
+  [ -n "$URL" ] && curl -s -o /dev/null -w '%{http_code}' "$URL/ready" | grep -q 200 && break
+  sleep 0.3
+done
+check "server became ready ($URL)" curl -sf -o /dev/null "$URL/ready"
+
+CHAT=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"smollm2","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":24,"temperature":0}')
+echo "chat: $CHAT"
+check "chat answer names Paris" grep -q "Paris" <<<"$CHAT"
+
+STREAM=$(curl -sN "$URL/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"smollm2","prompt":"The capital of France is","max_tokens":8,"temperature":0,"stream":true}')
+check "stream ends with [DONE]" grep -q '^data: \[DONE\]' <<<"$STREAM"
+STREAM_TEXT=$(grep '^data: {' <<<"$STREAM" | sed 's/^data: //' | python3 -c "import sys,json;print(''.join(json.loads(l)['choices'][0]['text'] for l in sys.stdin if l.strip()),end='')")
+GEN_TEXT=$("$TANDEM" generate --model "$MODEL" --prompt "The capital of France is" -n 8 --ignore-eos)
+check "served greedy text equals tandem generate ('$STREAM_TEXT' vs '$GEN_TEXT')" test "$STREAM_TEXT" = "$GEN_TEXT"
+
+code=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/completions" -H 'Content-Type: application/json' -d '{"model":"smollm2","prompt":')
+check "malformed JSON is 400 ($code)" test "$code" = 400
+code=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/completions" -H 'Content-Type: application/json' -d '{"model":"nope","prompt":"x"}')
+check "unknown model is 404 ($code)" test "$code" = 404
+check "health is 200" curl -sf -o /dev/null "$URL/health"
+check "metrics name vllm:prompt_tokens_total" sh -c "curl -s '$URL/metrics' | grep -q '^vllm:prompt_tokens_total'"
+
+# Kill the gpu_worker: serve restarts it and requests succeed again.
+WORKER=$(pgrep -P "$SERVE" -f "gpu-worker" | head -1)
+check "found the gpu_worker child" test -n "$WORKER"
+kill -9 "$WORKER" 2>/dev/null
+ok=0
+for _ in $(seq 1 60); do
+  R=$(curl -s "$URL/v1/completions" -H 'Content-Type: application/json' -d '{"model":"smollm2","prompt":"Paris is","max_tokens":4,"temperature":0}')
+  grep -q '"finish_reason":"length"' <<<"$R" && { ok=1; break; }
+  sleep 0.5
+done
+check "serving resumes after the gpu_worker is killed" test "$ok" = 1
+
+CHILDREN=$(pgrep -P "$SERVE" | tr '\n' ' ')
+kill -TERM "$SERVE"
+for _ in $(seq 1 100); do kill -0 "$SERVE" 2>/dev/null || break; sleep 0.1; done
+wait "$SERVE"; rc=$?
+check "serve exits 0 on SIGTERM ($rc)" test "$rc" = 0
+left=0
+for p in $CHILDREN; do kill -0 "$p" 2>/dev/null && left=$((left + 1)); done
+check "no worker process left ($left of: $CHILDREN)" test "$left" = 0
+echo "$passes passed, $fails failed"
+[ "$fails" -eq 0 ]
