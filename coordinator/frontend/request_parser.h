@@ -81,6 +81,19 @@ absl::Status ParseCommonFields(const FieldReader& r,
 absl::Status ParseSamplingFields(const FieldReader& r,
                                  const ParseOptions& options,
                                  ParsedRequest* out);
+// The served model a request names: nullopt (absent) is the first served
+// name; a name not served is ModelNotFound (kNotFound).
+absl::StatusOr<std::string> ResolveModelName(
+    const std::optional<std::string>& model, const ParseOptions& options);
+// A logit_bias key: a token id in [0, vocab_size).
+absl::Status CheckLogitBiasId(int64_t id, const ParseOptions& options);
+// The ranges the JSON reader enforces while reading (temperature, top_p,
+// top_k, min_p, penalties, stop count, stop_token_ids, min_tokens,
+// logit_bias, logprobs), checked on options built by other means (the gRPC
+// API), with the same messages. Stop strings must be non-empty (the JSON
+// reader drops empty ones; callers should too).
+absl::Status ValidateSamplingOptions(const SamplingOptions& s,
+                                     const ParseOptions& options);
 // Checks each prompt against the context and sets its max_tokens:
 // `requested` (explicit max_tokens) must fit beside the prompt; otherwise
 // `default_max` (nullopt: the rest of the context) is clipped to fit.

@@ -1,6 +1,7 @@
 // Fields shared by /v1/completions and /v1/chat/completions.
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <utility>
@@ -17,6 +18,33 @@ namespace {
 using nlohmann::json;
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+// The ranges of the sampling fields: one place for the JSON reader below and
+// for ValidateSamplingOptions (the gRPC API), so both APIs accept the same.
+constexpr double kMaxTemperature = 2.0;        // [0, 2]
+constexpr double kMaxPenalty = 2.0;            // presence, frequency: [-2, 2]
+constexpr double kMaxRepetitionPenalty = 1e6;  // (0, 1e6]
+constexpr double kMaxLogitBias = 100.0;        // [-100, 100]
+
+// The JSON reader's range messages (JsonToInt, JsonToNumber), for typed
+// values.
+absl::Status CheckIntRange(std::string_view name, int64_t v, int64_t min,
+                           int64_t max) {
+  if (v >= min && v <= max) return absl::OkStatus();
+  std::string range = max == kInt64Max
+                          ? absl::StrCat(">= ", min)
+                          : absl::StrCat("in [", min, ", ", max, "]");
+  return InvalidParam(name, absl::StrCat("'", std::string(name), "' must be ",
+                                         range, ", got ", v));
+}
+
+absl::Status CheckRange(std::string_view name, double v, double min,
+                        double max) {
+  if (std::isfinite(v) && v >= min && v <= max) return absl::OkStatus();
+  return InvalidParam(
+      name, absl::StrCat("'", std::string(name), "' must be in [", min, ", ",
+                         max, "], got ", v));
+}
 
 absl::Status ParseLogitBias(const FieldReader& r, const ParseOptions& options,
                             SamplingOptions* s) {
@@ -37,14 +65,10 @@ absl::Status ParseLogitBias(const FieldReader& r, const ParseOptions& options,
               "logit_bias keys must be token ids (decimal strings), got '", key,
               "'"));
     }
-    if (id >= options.vocab_size) {
-      return InvalidParam("logit_bias",
-                          absl::StrCat("logit_bias token id ", id,
-                                       " is out of vocabulary (size ",
-                                       options.vocab_size, ")"));
-    }
-    TANDEM_ASSIGN_OR_RETURN(double v,
-                            JsonToNumber(it.value(), name, -100.0, 100.0));
+    TANDEM_RETURN_IF_ERROR(CheckLogitBiasId(id, options));
+    TANDEM_ASSIGN_OR_RETURN(
+        double v,
+        JsonToNumber(it.value(), name, -kMaxLogitBias, kMaxLogitBias));
     s->logit_bias[static_cast<int32_t>(id)] = static_cast<float>(v);
   }
   return absl::OkStatus();
@@ -52,21 +76,29 @@ absl::Status ParseLogitBias(const FieldReader& r, const ParseOptions& options,
 
 }  // namespace
 
+absl::Status CheckLogitBiasId(int64_t id, const ParseOptions& options) {
+  if (id >= 0 && id < options.vocab_size) return absl::OkStatus();
+  return InvalidParam("logit_bias", absl::StrCat("logit_bias token id ", id,
+                                                 " is out of vocabulary (size ",
+                                                 options.vocab_size, ")"));
+}
+
+absl::StatusOr<std::string> ResolveModelName(
+    const std::optional<std::string>& model, const ParseOptions& options) {
+  const auto& names = options.served_model_names;
+  if (!model.has_value()) return names.empty() ? std::string() : names[0];
+  if (std::find(names.begin(), names.end(), *model) == names.end()) {
+    return ModelNotFound(*model);
+  }
+  return *model;
+}
+
 absl::Status ParseCommonFields(const FieldReader& r,
                                const ParseOptions& options,
                                ParsedRequest* out) {
   // model: optional (vLLM serves its one model when absent).
   TANDEM_ASSIGN_OR_RETURN(auto model, r.String("model"));
-  if (model.has_value()) {
-    const auto& names = options.served_model_names;
-    if (std::find(names.begin(), names.end(), *model) == names.end()) {
-      return ModelNotFound(*model);
-    }
-    out->model = *model;
-  } else {
-    out->model =
-        options.served_model_names.empty() ? "" : options.served_model_names[0];
-  }
+  TANDEM_ASSIGN_OR_RETURN(out->model, ResolveModelName(model, options));
 
   TANDEM_ASSIGN_OR_RETURN(
       auto n, r.Int("n", std::numeric_limits<int64_t>::min(), kInt64Max));
@@ -106,7 +138,8 @@ absl::Status ParseSamplingFields(const FieldReader& r,
                                  const ParseOptions& options,
                                  ParsedRequest* out) {
   SamplingOptions& s = out->sampling;
-  TANDEM_ASSIGN_OR_RETURN(auto temperature, r.Number("temperature", 0.0, 2.0));
+  TANDEM_ASSIGN_OR_RETURN(auto temperature,
+                          r.Number("temperature", 0.0, kMaxTemperature));
   if (temperature) s.temperature = static_cast<float>(*temperature);
   TANDEM_ASSIGN_OR_RETURN(auto top_p, r.Number("top_p", 0.0, 1.0));
   if (top_p) {
@@ -118,14 +151,14 @@ absl::Status ParseSamplingFields(const FieldReader& r,
   if (top_k) s.top_k = static_cast<int32_t>(*top_k);
   TANDEM_ASSIGN_OR_RETURN(auto min_p, r.Number("min_p", 0.0, 1.0));
   if (min_p) s.min_p = static_cast<float>(*min_p);
-  TANDEM_ASSIGN_OR_RETURN(auto presence,
-                          r.Number("presence_penalty", -2.0, 2.0));
+  TANDEM_ASSIGN_OR_RETURN(
+      auto presence, r.Number("presence_penalty", -kMaxPenalty, kMaxPenalty));
   if (presence) s.presence_penalty = static_cast<float>(*presence);
-  TANDEM_ASSIGN_OR_RETURN(auto frequency,
-                          r.Number("frequency_penalty", -2.0, 2.0));
+  TANDEM_ASSIGN_OR_RETURN(
+      auto frequency, r.Number("frequency_penalty", -kMaxPenalty, kMaxPenalty));
   if (frequency) s.frequency_penalty = static_cast<float>(*frequency);
-  TANDEM_ASSIGN_OR_RETURN(auto repetition,
-                          r.Number("repetition_penalty", 0.0, 1e6));
+  TANDEM_ASSIGN_OR_RETURN(auto repetition, r.Number("repetition_penalty", 0.0,
+                                                    kMaxRepetitionPenalty));
   if (repetition) {
     if (*repetition <= 0.0) {
       return InvalidParam("repetition_penalty",
@@ -167,6 +200,54 @@ absl::Status ParseSamplingFields(const FieldReader& r,
   TANDEM_RETURN_IF_ERROR(ParseLogitBias(r, options, &s));
   TANDEM_ASSIGN_OR_RETURN(auto as_ids, r.Bool("return_tokens_as_token_ids"));
   out->return_tokens_as_token_ids = as_ids.value_or(false);
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSamplingOptions(const SamplingOptions& s,
+                                     const ParseOptions& options) {
+  TANDEM_RETURN_IF_ERROR(
+      CheckRange("temperature", s.temperature, 0.0, kMaxTemperature));
+  TANDEM_RETURN_IF_ERROR(CheckRange("top_p", s.top_p, 0.0, 1.0));
+  if (s.top_p <= 0.0f)
+    return InvalidParam("top_p", "'top_p' must be in (0, 1], got 0");
+  TANDEM_RETURN_IF_ERROR(CheckIntRange("top_k", s.top_k, -1, kInt32Max));
+  TANDEM_RETURN_IF_ERROR(CheckRange("min_p", s.min_p, 0.0, 1.0));
+  TANDEM_RETURN_IF_ERROR(CheckRange("presence_penalty", s.presence_penalty,
+                                    -kMaxPenalty, kMaxPenalty));
+  TANDEM_RETURN_IF_ERROR(CheckRange("frequency_penalty", s.frequency_penalty,
+                                    -kMaxPenalty, kMaxPenalty));
+  TANDEM_RETURN_IF_ERROR(CheckRange("repetition_penalty", s.repetition_penalty,
+                                    0.0, kMaxRepetitionPenalty));
+  if (s.repetition_penalty <= 0.0f) {
+    return InvalidParam("repetition_penalty",
+                        "'repetition_penalty' must be > 0");
+  }
+  if (static_cast<int64_t>(s.stop.size()) > options.max_stop_sequences) {
+    return InvalidParam(
+        "stop",
+        absl::StrCat("At most ", options.max_stop_sequences,
+                     " stop sequences are allowed, got ", s.stop.size()));
+  }
+  for (const std::string& stop : s.stop) {
+    if (stop.empty())
+      return InvalidParam("stop", "Stop strings must not be empty");
+  }
+  for (size_t i = 0; i < s.stop_token_ids.size(); ++i) {
+    TANDEM_RETURN_IF_ERROR(CheckIntRange(
+        absl::StrCat("stop_token_ids[", i, "]"), s.stop_token_ids[i], 0,
+        std::max<int64_t>(options.vocab_size - 1, 0)));
+  }
+  TANDEM_RETURN_IF_ERROR(
+      CheckIntRange("min_tokens", s.min_tokens, 0, kInt64Max));
+  for (const auto& [id, bias] : s.logit_bias) {
+    TANDEM_RETURN_IF_ERROR(CheckLogitBiasId(id, options));
+    TANDEM_RETURN_IF_ERROR(CheckRange(absl::StrCat("logit_bias.", id), bias,
+                                      -kMaxLogitBias, kMaxLogitBias));
+  }
+  TANDEM_RETURN_IF_ERROR(
+      CheckIntRange("logprobs", s.logprobs, -1, options.max_logprobs));
+  TANDEM_RETURN_IF_ERROR(CheckIntRange("prompt_logprobs", s.prompt_logprobs, -1,
+                                       options.max_logprobs));
   return absl::OkStatus();
 }
 
