@@ -5,25 +5,13 @@
 #ifndef TANDEM_CLI_SERVE_COMMAND_H_
 #define TANDEM_CLI_SERVE_COMMAND_H_
 
-#include <cstdint>
-#include <string>
-
 #include "CLI/CLI.hpp"
+#include "cli/coordinator_runtime.h"
 
 namespace tandem::cli {
 
 struct ServeOptions {
-  std::string model;
-  std::string served_model_name;
-  std::string host = "127.0.0.1";
-  int port = 8000;
-  std::string api_key;
-  std::string cpu_experts = "none";
-  int64_t max_model_len = 0;
-  int64_t max_num_seqs = 16;
-  int64_t max_num_batched_tokens = 2048;
-  int64_t kv_blocks = 0;
-  std::string chat_template;  // a file
+  CoordinatorOptions coordinator;
 };
 
 CLI::App* AddServeCommand(CLI::App& app, ServeOptions& opts);

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
+#include "cli/coordinator_command.h"
 #include "cli/cpu_worker_command.h"
 #include "cli/generate_command.h"
 #include "cli/gpu_worker_command.h"
@@ -19,12 +20,15 @@ int main(int argc, char** argv) {
   CLI::App* gpu_worker = tandem::cli::AddGpuWorkerCommand(app, gpu);
   tandem::cli::ServeOptions serve;
   CLI::App* serve_cmd = tandem::cli::AddServeCommand(app, serve);
+  tandem::cli::CoordinatorOptions coord;
+  CLI::App* coord_cmd = tandem::cli::AddCoordinatorCommand(app, coord);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);  // CLI11 reports bad flags through exceptions; they stop here
   }
   if (serve_cmd->parsed()) return tandem::cli::RunServe(serve);
+  if (coord_cmd->parsed()) return tandem::cli::RunCoordinator(coord);
   if (generate->parsed()) return tandem::cli::RunGenerate(gen);
   if (cpu_worker->parsed()) return tandem::cli::RunCpuWorker(cpu);
   if (gpu_worker->parsed()) return tandem::cli::RunGpuWorker(gpu);

@@ -1,0 +1,53 @@
+#include "cli/coordinator_command.h"
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+
+#include "absl/time/clock.h"
+
+namespace tandem::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+
+}  // namespace
+
+CLI::App* AddCoordinatorCommand(CLI::App& app, CoordinatorOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "coordinator", "Run the coordinator alone; workers started elsewhere register with it");
+  AddCoordinatorFlags(cmd, o);
+  cmd->add_option("--registry-listen", o.registry_listen,
+                  "HOST:PORT where workers register (0.0.0.0 for other machines)")
+      ->capture_default_str();
+  cmd->add_option("--expert-rings", o.expert_rings,
+                  "Shared-memory ring prefix the gpu_worker creates and the cpu_worker opens "
+                  "(with --cpu-experts)")
+      ->capture_default_str();
+  return cmd;
+}
+
+int RunCoordinator(const CoordinatorOptions& opts) {
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  CoordinatorOptions o = opts;
+  if (o.cpu_experts != "none" && o.expert_rings.empty()) o.expert_rings = "/tandem-experts";
+  absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> rt = CoordinatorRuntime::Start(o);
+  if (!rt.ok()) {
+    std::fprintf(stderr, "tandem coordinator: %s\n", std::string(rt.status().message()).c_str());
+    return 1;
+  }
+  std::printf("registry on %s\n", (*rt)->registry_address().c_str());
+  std::printf("serving %s on http://%s:%d\n", (*rt)->served_name().c_str(), o.host.c_str(),
+              (*rt)->http_port());
+  if ((*rt)->grpc_port() > 0) std::printf("gRPC API on %s:%d\n", o.host.c_str(), (*rt)->grpc_port());
+  std::fflush(stdout);
+  while (!g_stop.load()) absl::SleepFor(absl::Milliseconds(100));
+  std::fprintf(stderr, "tandem coordinator: stopping\n");
+  (*rt)->Stop();
+  return 0;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,221 @@
+#include "cli/coordinator_runtime.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/checkpoint.h"
+#include "common/status_macros.h"
+#include "common/tokenizer/tokenizer.h"
+#include "coordinator/frontend/grpc_client_service.h"
+#include "coordinator/frontend/http_server.h"
+#include "coordinator/frontend/metrics.h"
+#include "coordinator/service/frontend_backend.h"
+#include "coordinator/service/step_driver.h"
+#include "coordinator/service/worker_registry.h"
+#include "coordinator/text/token_id_text_processor.h"
+#include "coordinator/text/tokenizer_text_processor.h"
+#include "cpu_worker/service/expert_server.h"
+#include "grpcpp/grpcpp.h"
+
+namespace tandem::cli {
+
+// Declared in the order they start; destroyed in reverse.
+struct CoordinatorRuntime::Parts {
+  std::string served_name;
+  std::string registry_address;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::unique_ptr<frontend::TextProcessor> text;
+  std::unique_ptr<coord::WorkerRegistry> registry;
+  std::unique_ptr<grpc::Server> registry_server;
+  std::unique_ptr<coord::StepDriver> driver;
+  std::unique_ptr<coord::FrontendBackend> backend;
+  std::unique_ptr<frontend::Metrics> metrics;
+  std::unique_ptr<frontend::HttpServer> http;
+  std::unique_ptr<frontend::GrpcClientService> grpc_service;
+  std::unique_ptr<grpc::Server> grpc_server;  // after its service: destroyed first
+  int grpc_port = 0;
+  bool stopped = false;
+};
+
+namespace {
+
+// The model's tokenizer; nullptr (served by token ids) when it ships none.
+absl::StatusOr<std::shared_ptr<const Tokenizer>> OpenTokenizer(const Checkpoint& ckpt,
+                                                              const std::string& model) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t;
+  if (ckpt.gguf() != nullptr) {
+    t = Tokenizer::FromGguf(*ckpt.gguf());
+  } else if (!ckpt.tokenizer_json_path().empty()) {
+    t = Tokenizer::FromHfFiles(ckpt.tokenizer_json_path(), ckpt.tokenizer_config_path());
+  } else {
+    std::fprintf(stderr,
+                 "tandem: %s has no tokenizer.json; serving by token ids only (text prompts "
+                 "and chat get HTTP 400)\n",
+                 model.c_str());
+    return std::shared_ptr<const Tokenizer>();
+  }
+  if (!t.ok()) return t.status();
+  return std::shared_ptr<const Tokenizer>(std::move(*t));
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream f(path);
+  if (!f) return absl::NotFoundError(absl::StrCat(what, " ", path, ": cannot read"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// What workers dial: the registry's bound port on loopback when it listens
+// on every address.
+std::string DialAddress(const std::string& listen, int port) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
+  cmd->add_option("--model,-m", o.model, "Model: a Hugging Face directory or a .gguf file")->required();
+  cmd->add_option("--served-model-name", o.served_model_name, "Model name in the API (default: --model)");
+  cmd->add_option("--host", o.host, "HTTP address to listen on")->capture_default_str();
+  cmd->add_option("--port", o.port, "HTTP port (0: any free port)")->capture_default_str();
+  cmd->add_option("--api-key", o.api_key, "Require Authorization: Bearer KEY");
+  cmd->add_option("--grpc-port", o.grpc_port, "Port of the client gRPC API on --host (0: any free port; -1: off)")->capture_default_str();
+  cmd->add_option("--cpu-experts", o.cpu_experts, "Routed experts on a cpu_worker: none, all or N-per-layer")->capture_default_str();
+  cmd->add_option("--max-model-len", o.max_model_len, "Context length (default: the model's, at most 8192)");
+  cmd->add_option("--max-num-seqs", o.max_num_seqs, "Sequences per step at most")->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "Tokens per step at most")->capture_default_str();
+  cmd->add_option("--kv-blocks", o.kv_blocks, "KV cache blocks of 16 tokens (default: enough for max-num-seqs/4 full contexts)");
+  cmd->add_option("--chat-template", o.chat_template, "File with a Jinja chat template overriding the model's");
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
+    const CoordinatorOptions& o) {
+  if (o.port < 0 || o.port > 65535 || o.grpc_port < -1 || o.grpc_port > 65535) {
+    return absl::InvalidArgumentError("--port must be in 0..65535 and --grpc-port in -1..65535");
+  }
+  if (o.max_num_seqs <= 0 || o.max_num_batched_tokens <= 0) {
+    return absl::InvalidArgumentError("--max-num-seqs and --max-num-batched-tokens must be > 0");
+  }
+  auto p = std::make_unique<Parts>();
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(o.model));
+  const ModelConfig cfg = ckpt->config();
+  TANDEM_ASSIGN_OR_RETURN(p->tokenizer, OpenTokenizer(*ckpt, o.model));
+  if (p->tokenizer != nullptr) {
+    std::string chat_template;
+    if (!o.chat_template.empty()) {
+      TANDEM_ASSIGN_OR_RETURN(chat_template, ReadFile(o.chat_template, "--chat-template"));
+    }
+    TANDEM_ASSIGN_OR_RETURN(p->text, TokenizerTextProcessor::Create(p->tokenizer, chat_template));
+  } else {
+    p->text = std::make_unique<TokenIdTextProcessor>(cfg.vocab_size);
+  }
+
+  TANDEM_ASSIGN_OR_RETURN(p->registry, coord::WorkerRegistry::Create());
+  int registry_port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(o.registry_listen, grpc::InsecureServerCredentials(), &registry_port);
+  builder.RegisterService(p->registry.get());
+  p->registry_server = builder.BuildAndStart();
+  if (p->registry_server == nullptr || registry_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot start the worker registry on ", o.registry_listen));
+  }
+  p->registry_address = DialAddress(o.registry_listen, registry_port);
+
+  coord::StepDriverConfig dc;
+  dc.model.model_path = o.model;
+  dc.model.max_context =
+      o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(cfg.max_position, 8192);
+  if (cfg.sliding_window > 0) {
+    dc.model.max_context = std::min(dc.model.max_context, cfg.sliding_window);
+  }
+  dc.model.kv_blocks = o.kv_blocks > 0 ? o.kv_blocks
+                                       : (dc.model.max_context + 15) / 16 *
+                                             std::max<int64_t>(4, o.max_num_seqs / 4);
+  if (o.cpu_experts != "none") {
+    if (o.expert_rings.empty()) {
+      return absl::InvalidArgumentError("--cpu-experts needs the cpu_worker's ring name prefix");
+    }
+    TANDEM_ASSIGN_OR_RETURN(dc.model.cpu_experts, ParseCpuExperts(o.cpu_experts, cfg));
+    dc.model.data_segment = o.expert_rings;
+  }
+  dc.max_num_seqs = o.max_num_seqs;
+  dc.max_num_batched_tokens = std::max(o.max_num_batched_tokens, o.max_num_seqs);
+  for (int64_t id : cfg.eos_token_ids) dc.eos_token_ids.push_back(static_cast<int32_t>(id));
+  if (p->tokenizer != nullptr) {
+    for (int32_t id : p->tokenizer->eos_ids()) dc.eos_token_ids.push_back(id);
+  }
+  dc.vocab_size = cfg.vocab_size;
+  dc.tokenizer = p->tokenizer;
+  TANDEM_ASSIGN_OR_RETURN(p->driver, coord::StepDriver::Create(std::move(dc)));
+  p->registry->SetListener(p->driver.get());
+
+  p->backend = std::make_unique<coord::FrontendBackend>(p->driver.get());
+  p->served_name = o.served_model_name.empty() ? o.model : o.served_model_name;
+  p->metrics = std::make_unique<frontend::Metrics>(p->served_name);
+  frontend::HttpServerOptions ho;
+  ho.host = o.host;
+  ho.port = o.port;
+  ho.api_key = o.api_key;
+  ho.parse.served_model_names = {p->served_name};
+  ho.parse.max_context = p->driver->max_context();
+  ho.parse.vocab_size = cfg.vocab_size;
+  TANDEM_ASSIGN_OR_RETURN(p->http, frontend::HttpServer::Create(ho, p->backend.get(),
+                                                                p->text.get(), p->metrics.get()));
+  TANDEM_RETURN_IF_ERROR(p->http->Start());
+
+  if (o.grpc_port >= 0) {
+    frontend::GrpcClientServiceOptions go;
+    go.parse = ho.parse;
+    // Null without a tokenizer: text prompts and stop strings are refused
+    // at once rather than by the driver.
+    TANDEM_ASSIGN_OR_RETURN(
+        p->grpc_service,
+        frontend::GrpcClientService::Create(go, p->backend.get(),
+                                            p->tokenizer != nullptr ? p->text.get() : nullptr,
+                                            p->metrics.get()));
+    grpc::ServerBuilder gb;
+    gb.AddListeningPort(absl::StrCat(o.host, ":", o.grpc_port), grpc::InsecureServerCredentials(),
+                        &p->grpc_port);
+    gb.RegisterService(p->grpc_service.get());
+    p->grpc_server = gb.BuildAndStart();
+    if (p->grpc_server == nullptr || p->grpc_port == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot start the gRPC API on ", o.host, ":", o.grpc_port));
+    }
+  }
+  return std::unique_ptr<CoordinatorRuntime>(new CoordinatorRuntime(std::move(p)));
+}
+
+CoordinatorRuntime::CoordinatorRuntime(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
+
+CoordinatorRuntime::~CoordinatorRuntime() { Stop(); }
+
+void CoordinatorRuntime::Stop() {
+  if (parts_ == nullptr || parts_->stopped) return;
+  parts_->stopped = true;
+  parts_->http->Stop(std::chrono::seconds(2));
+  // Streams still open at the deadline are cancelled, aborting their requests.
+  if (parts_->grpc_server) {
+    parts_->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  parts_->registry->SetListener(nullptr);
+  parts_->driver->Stop();
+  parts_->registry_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+const std::string& CoordinatorRuntime::registry_address() const { return parts_->registry_address; }
+int CoordinatorRuntime::http_port() const { return parts_->http->port(); }
+int CoordinatorRuntime::grpc_port() const { return parts_->grpc_port; }
+const std::string& CoordinatorRuntime::served_name() const { return parts_->served_name; }
+
+}  // namespace tandem::cli

@@ -1,0 +1,61 @@
+// The coordinator's parts, started together: the worker Registry (gRPC), the
+// step driver, and the OpenAI-compatible HTTP API. `tandem coordinator` runs
+// it on its own (workers started elsewhere register with it); `tandem serve`
+// runs it and supervises its workers as child processes.
+#ifndef TANDEM_CLI_COORDINATOR_RUNTIME_H_
+#define TANDEM_CLI_COORDINATOR_RUNTIME_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+
+namespace tandem::cli {
+
+struct CoordinatorOptions {
+  std::string model;
+  std::string served_model_name;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  std::string registry_listen = "127.0.0.1:50051";  // where workers register
+  int grpc_port = -1;                 // the client gRPC API; 0: any free port, -1: off
+  std::string cpu_experts = "none";
+  std::string expert_rings;           // shared-memory ring prefix for the cpu_worker
+  int64_t max_model_len = 0;
+  int64_t max_num_seqs = 16;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t kv_blocks = 0;
+  std::string chat_template;  // a file
+};
+
+// The flags both commands share.
+void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o);
+
+class CoordinatorRuntime {
+ public:
+  // Opens the model's config and tokenizer (a model without one is served
+  // by token ids), starts the registry, the driver and the HTTP server.
+  static absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> Start(const CoordinatorOptions& o);
+  ~CoordinatorRuntime();  // Stop()
+
+  // Stops HTTP first (no new requests), then the driver (requests end with
+  // an error), then the registry. Idempotent.
+  void Stop();
+
+  const std::string& registry_address() const;
+  int http_port() const;
+  int grpc_port() const;
+  const std::string& served_name() const;
+
+ private:
+  struct Parts;
+  explicit CoordinatorRuntime(std::unique_ptr<Parts> parts);
+  std::unique_ptr<Parts> parts_;
+};
+
+}  // namespace tandem::cli
+
+#endif  // TANDEM_CLI_COORDINATOR_RUNTIME_H_
