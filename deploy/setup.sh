@@ -10,7 +10,7 @@ PKGS=(
   nlohmann-json3-dev libcpp-httplib-dev prometheus-cpp-dev
   libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy
+  python3 python3-numpy python3-venv
 )
 
 missing=()
@@ -26,4 +26,18 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all Debian packages present"
+fi
+
+# The service tests' Python: Debian's numpy plus the official `openai` client
+# and grpcio from PyPI (test tools only; the service never imports Python).
+VENV="${TANDEM_TEST_VENV:-$HOME/.cache/tandem/test-venv}"
+OPENAI_VERSION="3.54.0"
+GRPC_VERSION="1.85.1"  # grpcio + grpcio-tools: Python stubs of proto/client.proto
+if ! "$VENV/bin/python" -c "import numpy, openai, grpc, grpc_tools, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION' or grpc.__version__ != '$GRPC_VERSION')" 2>/dev/null; then
+  echo "setup: making the test Python in $VENV (openai==$OPENAI_VERSION, grpcio==$GRPC_VERSION)"
+  /usr/bin/python3 -m venv --system-site-packages "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "openai==$OPENAI_VERSION" \
+    "grpcio==$GRPC_VERSION" "grpcio-tools==$GRPC_VERSION"
+else
+  echo "setup: test Python present ($VENV)"
 fi

@@ -1,0 +1,91 @@
+"""Worker faults through `tandem serve`: a cpu_worker (computing half of the
+routed experts) is killed while a completion streams. The stream must end
+within a couple of seconds with an error event naming the cause (never a
+silent truncation or a hang), the coordinator must keep serving, and once
+`tandem serve` has restarted the cpu_worker, requests succeed again with the
+same greedy output as before the fault.
+
+usage: worker_fault_test.py TANDEM RANDOM_MOE_DIR
+"""
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.request
+
+from harness import Checks, Serve, pid_alive
+
+PROMPT = "The river carried cold water past old stone houses"
+
+
+def main():
+    tandem, model = sys.argv[1], sys.argv[2]
+    checks = Checks()
+    serve = Serve(tandem, model, "--cpu-experts", "4-per-layer", "--max-model-len", "4096")
+    try:
+        greedy = {"model": "model", "prompt": PROMPT, "max_tokens": 16, "temperature": 0,
+                  "ignore_eos": True}
+        status, before = serve.post("/v1/completions", greedy)
+        checks.check("greedy completion before the fault", status == 200, str(before))
+
+        cpu = serve.child_pids("cpu_worker")
+        checks.check("one cpu_worker child", len(cpu) == 1, serve.log())
+
+        # A long stream; kill the cpu_worker once tokens flow.
+        body = {"model": "model", "prompt": PROMPT, "max_tokens": 4000, "temperature": 0,
+                "ignore_eos": True, "stream": True}
+        req = urllib.request.Request(serve.url + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        events, done, killed_at, ended_at = [], False, None, None
+        with urllib.request.urlopen(req, timeout=120) as r:
+            for raw in r:
+                line = raw.decode().strip()
+                if not line.startswith("data: "):
+                    continue
+                if line == "data: [DONE]":
+                    done = True
+                    break
+                events.append(json.loads(line[len("data: "):]))
+                if killed_at is None and len(events) >= 5:
+                    os.kill(cpu[0], signal.SIGKILL)
+                    killed_at = time.time()
+            ended_at = time.time()
+        errors = [e["error"] for e in events if "error" in e]
+        tokens = sum(1 for e in events if e.get("choices"))
+        print(f"stream: {tokens} token events, then {errors}", flush=True)
+        checks.check("the cpu_worker was killed mid-stream", killed_at is not None)
+        checks.check("the stream ends with an error event and [DONE], not a silent cut",
+                     len(errors) == 1 and done and tokens < 4000, str(events[-2:]))
+        checks.check("the error names the lost worker",
+                     errors and "cpu_worker" in errors[0].get("message", ""), str(errors))
+        if killed_at is not None:
+            checks.check(f"the stream ended within 2 s of the kill "
+                         f"({ended_at - killed_at:.2f} s)", ended_at - killed_at < 2.0)
+        checks.check("the killed cpu_worker is gone", not pid_alive(cpu[0]))
+
+        # Serving resumes once the restarted cpu_worker has attached.
+        deadline = time.time() + 60
+        after = None
+        while time.time() < deadline:
+            status, after = serve.post("/v1/completions", greedy)
+            if status == 200:
+                break
+            time.sleep(0.5)
+        restarted = serve.child_pids("cpu_worker")
+        checks.check("tandem serve started a new cpu_worker",
+                     len(restarted) == 2 and pid_alive(restarted[1]), str(restarted))
+        checks.check("requests succeed again after the restart, with the same greedy text",
+                     status == 200 and after["choices"][0]["text"] == before["choices"][0]["text"],
+                     f"{status} {after}")
+        checks.check("health is 200 again", serve.status("/health") == 200)
+    finally:
+        rc, alive, shm = serve.stop()
+    checks.check("serve exits 0 on SIGTERM leaving no process or segment",
+                 rc == 0 and not alive and not shm, f"rc={rc} alive={alive} shm={shm}")
+    checks.finish()
+
+
+if __name__ == "__main__":
+    main()
