@@ -4,8 +4,8 @@
 
 #include <cstdio>
 #include <iostream>
-#include <tuple>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -19,11 +19,23 @@
 #include "cpu_worker/service/expert_server.h"
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/generator.h"
+#include "gpu_worker/engine/local_attention_offload.h"
+#include "gpu_worker/engine/shm_attention_offload.h"
 #include "gpu_worker/engine/shm_expert_offload.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::cli {
 namespace {
+
+// Options of this file only (GenerateOptions lives in a header shared with
+// other commands' owners): where the sequence's attention and KV live.
+struct CpuAttentionFlags {
+  std::string where = "none";  // none | local (in-process CPU KV) | worker (cpu-worker child)
+};
+CpuAttentionFlags& AttentionFlags() {
+  static CpuAttentionFlags flags;
+  return flags;
+}
 
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
   std::vector<int32_t> ids;
@@ -48,29 +60,61 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const Checkpoint& ckpt)
   return Tokenizer::FromHfFiles(ckpt.tokenizer_json_path(), ckpt.tokenizer_config_path());
 }
 
-absl::StatusOr<std::pair<std::unique_ptr<ShmExpertOffload>, std::unique_ptr<ChildProcess>>>
-StartCpuWorker(const GenerateOptions& o, const ModelConfig& c, const ExpertPlacement& placement) {
-  ShmOffloadOptions so;
-  so.name_prefix = absl::StrCat("/tandem-", getpid(), "-experts");
-  so.hidden = c.hidden_size;
-  // One slot holds a whole prefill chunk's routed rows (512 tokens x top-k).
-  so.slot_bytes = std::max<int64_t>(1 << 20, (512 * c.num_experts_per_tok + 64) * c.hidden_size * 4);
-  so.slot_count = 2;
-  TANDEM_ASSIGN_OR_RETURN(auto offload, ShmExpertOffload::Create(so, placement));
-  TANDEM_ASSIGN_OR_RETURN(
-      auto child, ChildProcess::SpawnSelf({"cpu-worker", "--model", o.model, "--cpu-experts",
-                                           o.cpu_experts, "--expert-rings", so.name_prefix,
-                                           "--dtype", o.dtype}));
-  // Wait for the child to open the rings, noticing if it dies while loading.
+// A cpu_worker child and the offloads that reach it. Declared so that the
+// rings close (offloads) before the child is reaped.
+struct CpuWorkerChild {
+  std::unique_ptr<ChildProcess> child;
+  std::unique_ptr<ShmExpertOffload> experts;       // null: experts all local
+  std::unique_ptr<ShmAttentionOffload> attention;  // null: attention local
+};
+
+// Waits for the child to attach to `offload`'s rings, noticing if it dies.
+template <typename Offload>
+absl::Status WaitForChild(Offload& offload, ChildProcess& child) {
   for (;;) {
-    absl::Status s = offload->WaitForWorker(absl::Milliseconds(200));
-    if (s.ok()) break;
-    if (auto rc = child->Poll()) {
+    absl::Status s = offload.WaitForWorker(absl::Milliseconds(200));
+    if (s.ok()) return s;
+    if (!absl::IsDeadlineExceeded(s)) return s;
+    if (auto rc = child.Poll()) {
       return absl::UnavailableError(absl::StrCat("the cpu_worker exited with status ", *rc,
                                                  " before serving"));
     }
   }
-  return std::make_pair(std::move(offload), std::move(child));
+}
+
+// Spawns one cpu_worker serving the experts in `placement` (if any) and,
+// with `attention`, the sequence's CPU attention over a KV cache of one
+// full context.
+absl::StatusOr<CpuWorkerChild> StartCpuWorker(const GenerateOptions& o, const Engine& engine,
+                                              const ExpertPlacement* placement, bool attention) {
+  const ModelConfig& c = engine.config();
+  const std::string prefix = absl::StrCat("/tandem-", getpid(), "-cpu");
+  CpuWorkerChild w;
+  if (placement != nullptr) {
+    ShmOffloadOptions so;
+    so.name_prefix = prefix;
+    so.hidden = c.hidden_size;
+    // One slot holds a whole prefill chunk's routed rows (512 tokens x top-k).
+    so.slot_bytes =
+        std::max<int64_t>(1 << 20, (512 * c.num_experts_per_tok + 64) * c.hidden_size * 4);
+    so.slot_count = 2;
+    TANDEM_ASSIGN_OR_RETURN(w.experts, ShmExpertOffload::Create(so, *placement));
+  }
+  if (attention) {
+    ShmAttentionOptions ao;
+    ao.name_prefix = prefix;
+    ao.shape = CpuAttentionShapeFor(c, 16, engine.max_context());
+    ao.slot_bytes = AttentionSlotBytesFor(ao.shape, 512);  // a whole prefill chunk
+    TANDEM_ASSIGN_OR_RETURN(w.attention, ShmAttentionOffload::Create(ao));
+  }
+  std::vector<std::string> args = {"cpu-worker", "--model", o.model, "--cpu-experts",
+                                   placement != nullptr ? o.cpu_experts : "none",
+                                   "--expert-rings", prefix, "--dtype", o.dtype};
+  if (attention) args.push_back("--attention");
+  TANDEM_ASSIGN_OR_RETURN(w.child, ChildProcess::SpawnSelf(args));
+  if (w.experts) TANDEM_RETURN_IF_ERROR(WaitForChild(*w.experts, *w.child));
+  if (w.attention) TANDEM_RETURN_IF_ERROR(WaitForChild(*w.attention, *w.child));
+  return w;
 }
 
 absl::Status Run(const GenerateOptions& o) {
@@ -101,6 +145,11 @@ absl::Status Run(const GenerateOptions& o) {
   params.sampling.top_p = o.top_p;
   params.sampling.seed = o.seed;
   params.ignore_eos = o.ignore_eos;
+  const std::string& cpu_attention = AttentionFlags().where;
+  if (cpu_attention != "none" && cpu_attention != "local" && cpu_attention != "worker") {
+    return absl::InvalidArgumentError("--cpu-attention must be none, local or worker");
+  }
+  params.cpu_attention = cpu_attention != "none";
   for (int64_t id : ckpt->config().eos_token_ids) params.eos_ids.push_back(static_cast<int32_t>(id));
   if (tok.ok()) {
     for (int32_t id : (*tok)->eos_ids()) params.eos_ids.push_back(id);
@@ -116,17 +165,28 @@ absl::Status Run(const GenerateOptions& o) {
   }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
 
-  // Routed experts placed on the CPU run in a cpu_worker child process,
-  // reached through shared-memory rings.
-  // Declared so that the rings close (offload) before the child is reaped.
-  std::unique_ptr<ChildProcess> cpu_worker;
-  std::unique_ptr<ShmExpertOffload> offload;
+  // Routed experts placed on the CPU, and with --cpu-attention worker the
+  // sequence's attention and KV, run in a cpu_worker child process reached
+  // through shared-memory rings; --cpu-attention local keeps that KV in an
+  // in-process CPU cache instead.
+  CpuWorkerChild cpu_worker;
+  std::unique_ptr<LocalAttentionOffload> local_attention;
+  std::optional<ExpertPlacement> placement;
   if (o.cpu_experts != "none") {
-    TANDEM_ASSIGN_OR_RETURN(ExpertPlacement placement,
-                            ParseCpuExperts(o.cpu_experts, engine->config()));
-    TANDEM_ASSIGN_OR_RETURN(std::tie(offload, cpu_worker),
-                            StartCpuWorker(o, engine->config(), placement));
-    engine->SetExpertOffload(offload.get());
+    TANDEM_ASSIGN_OR_RETURN(placement, ParseCpuExperts(o.cpu_experts, engine->config()));
+  }
+  if (placement.has_value() || cpu_attention == "worker") {
+    TANDEM_ASSIGN_OR_RETURN(cpu_worker,
+                            StartCpuWorker(o, *engine, placement ? &*placement : nullptr,
+                                           cpu_attention == "worker"));
+    if (cpu_worker.experts) engine->SetExpertOffload(cpu_worker.experts.get());
+    if (cpu_worker.attention) engine->SetAttentionOffload(cpu_worker.attention.get());
+  }
+  if (cpu_attention == "local") {
+    TANDEM_ASSIGN_OR_RETURN(local_attention,
+                            LocalAttentionOffload::Create(CpuAttentionShapeFor(
+                                engine->config(), 16, engine->max_context())));
+    engine->SetAttentionOffload(local_attention.get());
   }
 
   std::unique_ptr<StreamingDetokenizer> detok;
@@ -185,6 +245,7 @@ CLI::App* AddGenerateCommand(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--dtype", o.dtype, "GEMM dtype: auto (bf16 for bf16 weights where the CPU has it), bf16, f32")->capture_default_str();
   cmd->add_option("--max-context", o.max_context, "Context length; 0 = the model's (at most 8192)");
   cmd->add_option("--cpu-experts", o.cpu_experts, "Routed experts computed by a cpu_worker process: none, all or N-per-layer")->capture_default_str();
+  cmd->add_option("--cpu-attention", AttentionFlags().where, "Where the sequence's attention and KV live (Neo): none (here, as usual), local (an in-process CPU KV cache) or worker (a cpu_worker process)")->capture_default_str();
   cmd->add_flag("--json", o.json, "Print token ids, pieces and log-probs as JSON");
   cmd->add_flag("--ignore-eos", o.ignore_eos, "Keep generating past end-of-sequence tokens");
   cmd->add_flag("--no-special", o.no_special, "Treat special-token text in the prompt as plain text");

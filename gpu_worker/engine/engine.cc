@@ -60,8 +60,23 @@ int64_t Engine::SequenceLength(int64_t seq_id) const {
 }
 
 void Engine::FreeSequence(int64_t seq_id) {
+  if (cpu_seqs_.erase(seq_id) > 0 && attn_offload_ != nullptr) attn_offload_->Free(seq_id);
   kv_->Free(seq_id);
   seq_len_.erase(seq_id);
+}
+
+void Engine::Place(const SequenceChunk& s) {
+  if (s.cpu_attention == IsCpuAttention(s.seq_id)) return;
+  // Only a sequence that holds no tokens yet gets here (Validate): a new
+  // one, or one whose first step failed. Drop whatever the other side
+  // reserved for it.
+  if (s.cpu_attention) {
+    kv_->Free(s.seq_id);
+    cpu_seqs_.insert(s.seq_id);
+  } else {
+    cpu_seqs_.erase(s.seq_id);
+    if (attn_offload_ != nullptr) attn_offload_->Free(s.seq_id);
+  }
 }
 
 absl::Status Engine::Validate(const std::vector<SequenceChunk>& batch) const {
@@ -83,6 +98,16 @@ absl::Status Engine::Validate(const std::vector<SequenceChunk>& batch) const {
       }
     }
     const int64_t len = SequenceLength(s.seq_id);
+    if (s.cpu_attention && attn_offload_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sequence ", s.seq_id,
+                       " asks for CPU attention but this engine has no attention offload"));
+    }
+    if (len > 0 && s.cpu_attention != IsCpuAttention(s.seq_id)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", s.seq_id, " holds its KV ", IsCpuAttention(s.seq_id) ? "on the CPU" : "here",
+          "; a sequence keeps its attention placement until it is freed"));
+    }
     if (s.start_pos < 0 || s.start_pos > len) {
       return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, " starts at ",
                                                      s.start_pos, " but holds ", len, " tokens"));
@@ -99,7 +124,10 @@ absl::Status Engine::Validate(const std::vector<SequenceChunk>& batch) const {
 
 absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch) {
   TANDEM_RETURN_IF_ERROR(Validate(batch));
+  for (const SequenceChunk& s : batch) Place(s);
+  // The offload makes room for its own sequences when their rows arrive.
   for (const SequenceChunk& s : batch) {
+    if (s.cpu_attention) continue;
     TANDEM_RETURN_IF_ERROR(
         kv_->Reserve(s.seq_id, s.start_pos + static_cast<int64_t>(s.tokens.size())));
   }
@@ -125,7 +153,7 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
     ops::RmsNorm(x_.data(), total, hidden, lw.attn_norm.data(), c.rms_norm_eps, h_.data());
-    Attention(l, batch);
+    TANDEM_RETURN_IF_ERROR(Attention(l, batch));
     ops::AddScaled(out_.data(), 1.0f, total * hidden, x_.data());
     ops::RmsNorm(x_.data(), total, hidden, lw.ffn_norm.data(), c.rms_norm_eps, h_.data());
     if (lw.moe) {
@@ -160,7 +188,9 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
 }
 
 // Self-attention of layer `l`: reads h_, writes out_ (the projected output).
-void Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batch) {
+// cpu_attention sequences' q/k/v rows go to the attention offload first, so
+// it works while the local sequences attend over the local cache.
+absl::Status Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batch) {
   const ModelConfig& c = config();
   const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
   const int64_t total = static_cast<int64_t>(positions_.size());
@@ -189,19 +219,37 @@ void Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batch) {
   ops::ApplyRope(k_.data(), total, c.num_kv_heads, c.head_dim, positions_.data(), inv_freq_,
                  c.rope_style);
 
-  const ops::PagedKvLayer layer = kv_->Layer(l);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  // A chunk's rows are contiguous in q_/k_/v_/attn_: jobs point into them.
+  attn_jobs_.clear();
   int64_t tok = 0;
   for (const SequenceChunk& s : batch) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
-    const int32_t* table = kv_->BlockTable(s.seq_id).data();
-    ops::WriteKv(layer, table, s.start_pos, n, k_.data() + tok * kvd, v_.data() + tok * kvd);
-    ops::AttendSequence(q_.data() + tok * qd, n, c.num_heads, layer, table, s.start_pos, scale,
-                        attn_.data() + tok * qd);
+    if (s.cpu_attention) {
+      attn_jobs_.push_back({s.seq_id, s.start_pos, n, q_.data() + tok * qd, k_.data() + tok * kvd,
+                            v_.data() + tok * kvd, attn_.data() + tok * qd});
+    }
     tok += n;
   }
+  if (!attn_jobs_.empty()) TANDEM_RETURN_IF_ERROR(attn_offload_->Submit(l, attn_jobs_));
+
+  const ops::PagedKvLayer layer = kv_->Layer(l);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  tok = 0;
+  for (const SequenceChunk& s : batch) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    if (!s.cpu_attention) {
+      const int32_t* table = kv_->BlockTable(s.seq_id).data();
+      ops::WriteKv(layer, table, s.start_pos, n, k_.data() + tok * kvd, v_.data() + tok * kvd);
+      ops::AttendSequence(q_.data() + tok * qd, n, c.num_heads, layer, table, s.start_pos, scale,
+                          attn_.data() + tok * qd);
+    }
+    tok += n;
+  }
+
+  if (!attn_jobs_.empty()) TANDEM_RETURN_IF_ERROR(attn_offload_->Collect(l, attn_jobs_));
   ops::Linear(attn_.data(), total, lw.o, lw.o_bias.empty() ? nullptr : lw.o_bias.data(),
               out_.data());
+  return absl::OkStatus();
 }
 
 // Routed experts (+ the shared expert): reads h_, writes out_. Each expert

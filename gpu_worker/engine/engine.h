@@ -10,9 +10,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "common/checkpoint.h"
 #include "cpu_worker/ops/linear.h"
+#include "gpu_worker/engine/attention_offload.h"
 #include "gpu_worker/engine/expert_offload.h"
 #include "gpu_worker/engine/kv_cache.h"
 #include "gpu_worker/engine/model_weights.h"
@@ -32,6 +34,9 @@ struct SequenceChunk {
   std::vector<int32_t> tokens;  // this step's tokens, at positions start_pos...
   int64_t start_pos = 0;        // must not exceed the tokens already in the cache
   bool all_logits = false;      // logits for every token (scoring), else the last only
+  // Attention and KV on the attention offload (Neo's CPU attention) instead
+  // of the engine's own cache. A sequence keeps its placement until freed.
+  bool cpu_attention = false;
 };
 
 struct StepResult {
@@ -52,16 +57,24 @@ class Engine {
 
   // Runs the model over the batch and returns logits. Validates every chunk
   // (ids in range, positions contiguous with the cache, no duplicate
-  // sequence, context limit) before touching any state; KV exhaustion is
-  // ResourceExhausted.
+  // sequence, context limit, placement) before touching any state; KV
+  // exhaustion is ResourceExhausted (for cpu_attention sequences, as the
+  // offload reports it). A failed step leaves every sequence's length as it
+  // was, so the same chunks can be run again.
   absl::StatusOr<StepResult> Step(const std::vector<SequenceChunk>& batch);
 
   // Routes the experts the offload claims to it (not owned; null = all
   // experts local). Set before the first Step.
   void SetExpertOffload(ExpertOffload* offload) { offload_ = offload; }
+  // Computes the attention of cpu_attention sequences (not owned; null =
+  // such chunks are FailedPrecondition). Set before the first Step.
+  void SetAttentionOffload(AttentionOffload* offload) { attn_offload_ = offload; }
 
-  // Forgets a sequence and returns its KV blocks.
+  // Forgets a sequence and returns its KV blocks (on the attention offload
+  // for a cpu_attention sequence).
   void FreeSequence(int64_t seq_id);
+  // True if the sequence's KV is on the attention offload.
+  bool IsCpuAttention(int64_t seq_id) const { return cpu_seqs_.contains(seq_id); }
   // Tokens of the sequence held in the cache (0 if unknown).
   int64_t SequenceLength(int64_t seq_id) const;
 
@@ -69,12 +82,16 @@ class Engine {
   const Checkpoint& checkpoint() const { return *ckpt_; }
   const ModelWeights& weights() const { return weights_; }
   int64_t max_context() const { return max_context_; }
+  // Blocks of the engine's own KV cache not held by any sequence.
+  int64_t free_kv_blocks() const { return kv_->free_blocks(); }
   ops::ComputeType compute_type() const { return weights_.lm_head.compute_type(); }
 
  private:
   Engine() = default;
   absl::Status Validate(const std::vector<SequenceChunk>& batch) const;
-  void Attention(int64_t layer, const std::vector<SequenceChunk>& batch);
+  // Moves a sequence that holds no tokens yet to the chunk's placement.
+  void Place(const SequenceChunk& s);
+  absl::Status Attention(int64_t layer, const std::vector<SequenceChunk>& batch);
   absl::Status Moe(int64_t layer, const LayerWeights& l, int64_t rows);
 
   std::unique_ptr<Checkpoint> ckpt_;
@@ -83,7 +100,9 @@ class Engine {
   std::vector<float> inv_freq_;
   int64_t max_context_ = 0;
   absl::flat_hash_map<int64_t, int64_t> seq_len_;
+  absl::flat_hash_set<int64_t> cpu_seqs_;  // sequences whose KV is on attn_offload_
   ExpertOffload* offload_ = nullptr;
+  AttentionOffload* attn_offload_ = nullptr;
 
   // Scratch reused across steps. T = tokens in the step.
   std::vector<float> x_;      // [T, hidden] residual stream
@@ -102,6 +121,7 @@ class Engine {
   std::vector<int64_t> positions_;    // [T]
   std::vector<float> remote_in_;      // [T * top_k, hidden] rows sent to remote experts
   std::vector<float> remote_out_;     // [T * top_k, hidden] their results
+  std::vector<AttentionJob> attn_jobs_;  // this layer's cpu_attention sequences
 };
 
 }  // namespace tandem

@@ -47,6 +47,7 @@ absl::StatusOr<GenerationResult> Generate(
     chunk.seq_id = seq_id;
     chunk.start_pos = pos;
     chunk.tokens.assign(prompt.begin() + pos, prompt.begin() + pos + n);
+    chunk.cpu_attention = params.cpu_attention;
     TANDEM_ASSIGN_OR_RETURN(StepResult r, engine.Step({chunk}));
     if (pos + n == n_prompt) last_logits.assign(r.Row(0), r.Row(0) + vocab);
   }
@@ -77,6 +78,7 @@ absl::StatusOr<GenerationResult> Generate(
     chunk.seq_id = seq_id;
     chunk.start_pos = pos;
     chunk.tokens = {tok.id};
+    chunk.cpu_attention = params.cpu_attention;
     TANDEM_ASSIGN_OR_RETURN(StepResult r, engine.Step({chunk}));
     last_logits.assign(r.Row(0), r.Row(0) + vocab);
     ++pos;

@@ -21,6 +21,7 @@ struct GenerationParams {
   std::vector<int32_t> eos_ids;  // any of these ends generation (it is not emitted)
   bool ignore_eos = false;
   int64_t prefill_chunk = 512;  // prompt tokens per step
+  bool cpu_attention = false;   // attention and KV on the engine's attention offload
 };
 
 struct GeneratedToken {

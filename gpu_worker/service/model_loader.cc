@@ -21,10 +21,11 @@ int64_t MlpBytes(const MlpWeights& m) {
 }
 int64_t VecBytes(const std::vector<float>& v) { return static_cast<int64_t>(v.size()) * 4; }
 
-// Waits in short slices so that a shutdown or a cancelled call is noticed.
-absl::Status WaitForCpuWorker(ShmExpertOffload& offload, absl::Duration timeout,
-                              const std::function<bool()>& cancelled) {
-  const absl::Time deadline = absl::Now() + timeout;
+// Waits (until `deadline`) in short slices so that a shutdown or a
+// cancelled call is noticed; `what` names the rings in the error.
+template <typename Offload>
+absl::Status WaitForCpuWorker(Offload& offload, const char* what, absl::Time deadline,
+                              absl::Duration timeout, const std::function<bool()>& cancelled) {
   absl::Status s;
   for (;;) {
     const absl::Duration left = deadline - absl::Now();
@@ -35,8 +36,10 @@ absl::Status WaitForCpuWorker(ShmExpertOffload& offload, absl::Duration timeout,
     }
   }
   if (s.ok()) return s;
+  // The cpu_worker answered (e.g. refused the CPU KV cache): its code.
+  if (!absl::IsDeadlineExceeded(s) && !absl::IsUnavailable(s)) return s;
   return absl::UnavailableError(absl::StrCat(
-      "LoadModel: no cpu_worker opened the expert rings ", offload.request_ring(), " and ",
+      "LoadModel: no cpu_worker opened the ", what, " rings ", offload.request_ring(), " and ",
       offload.reply_ring(), " within ", absl::FormatDuration(timeout), " (", s.message(), ")"));
 }
 
@@ -110,6 +113,9 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
   if (req.attach_timeout_ms() < 0) {
     return absl::InvalidArgumentError("LoadModel: attach_timeout_ms must be >= 0");
   }
+  if (req.cpu_kv_tokens() < 0) {
+    return absl::InvalidArgumentError("LoadModel: cpu_kv_tokens must be >= 0");
+  }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(req.model_path()));
   const ModelConfig& c = ckpt->config();
   TANDEM_ASSIGN_OR_RETURN(EngineOptions eo, EngineOptionsFor(req, c));
@@ -133,16 +139,39 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
     so.slot_count = 2;
     TANDEM_ASSIGN_OR_RETURN(m.offload, ShmExpertOffload::Create(so, remote));
   }
+  if (req.cpu_kv_tokens() > 0) {
+    if (req.data_segment().empty()) {
+      return absl::InvalidArgumentError(
+          "LoadModel: cpu_kv_tokens asks for CPU attention but data_segment (the ring prefix) "
+          "is empty");
+    }
+    ShmAttentionOptions ao;
+    ao.name_prefix = req.data_segment();
+    ao.shape = CpuAttentionShapeFor(c, eo.block_size, req.cpu_kv_tokens());
+    // One slot holds a whole 512-token prefill chunk's q/k/v rows.
+    ao.slot_bytes = AttentionSlotBytesFor(ao.shape, 512);
+    ao.slot_count = 2;
+    TANDEM_ASSIGN_OR_RETURN(m.attention, ShmAttentionOffload::Create(ao));
+  }
   const int64_t max_sequences = eo.max_sequences;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
+  const absl::Duration attach = absl::Milliseconds(
+      req.attach_timeout_ms() > 0 ? req.attach_timeout_ms() : kDefaultAttachMs);
+  const absl::Time deadline = absl::Now() + attach;
   if (m.offload) {
-    const int64_t ms = req.attach_timeout_ms() > 0 ? req.attach_timeout_ms() : kDefaultAttachMs;
-    TANDEM_RETURN_IF_ERROR(WaitForCpuWorker(*m.offload, absl::Milliseconds(ms), cancelled));
+    TANDEM_RETURN_IF_ERROR(
+        WaitForCpuWorker(*m.offload, "expert", deadline, attach, cancelled));
     engine->SetExpertOffload(m.offload.get());
+  }
+  if (m.attention) {
+    TANDEM_RETURN_IF_ERROR(
+        WaitForCpuWorker(*m.attention, "attention", deadline, attach, cancelled));
+    engine->SetAttentionOffload(m.attention.get());
   }
   m.response.set_weight_bytes(WeightBytes(engine->weights()));
   const int64_t blocks_per_seq = (engine->max_context() + eo.block_size - 1) / eo.block_size;
   m.response.set_kv_blocks(blocks_per_seq * max_sequences);
+  m.response.set_cpu_kv_tokens(req.cpu_kv_tokens());
   m.executor = std::make_unique<StepExecutor>(std::move(engine));
   return m;
 }

@@ -1,7 +1,8 @@
 // Turns a LoadModelRequest into a ready StepExecutor: validates the request,
 // opens the checkpoint, sizes the KV cache, builds the engine and, when the
-// request places routed experts on a cpu_worker, creates the shared-memory
-// rings to it and waits (bounded) for it to attach.
+// request places routed experts or CPU attention (cpu_kv_tokens) on a
+// cpu_worker, creates the shared-memory rings to it and waits (bounded) for
+// it to attach (and, for attention, to allocate the CPU KV cache).
 #ifndef TANDEM_GPU_WORKER_SERVICE_MODEL_LOADER_H_
 #define TANDEM_GPU_WORKER_SERVICE_MODEL_LOADER_H_
 
@@ -13,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "common/model_config.h"
 #include "gpu_worker/engine/engine.h"
+#include "gpu_worker/engine/shm_attention_offload.h"
 #include "gpu_worker/engine/shm_expert_offload.h"
 #include "gpu_worker/service/step_executor.h"
 #include "proto/worker.pb.h"
@@ -20,8 +22,9 @@
 namespace tandem {
 
 struct LoadedModel {
-  // Declared first so it is destroyed last: the engine points at it.
-  std::unique_ptr<ShmExpertOffload> offload;  // null: every expert local
+  // Declared first so they are destroyed last: the engine points at them.
+  std::unique_ptr<ShmExpertOffload> offload;      // null: every expert local
+  std::unique_ptr<ShmAttentionOffload> attention;  // null: no CPU attention
   std::unique_ptr<StepExecutor> executor;
   proto::LoadModelResponse response;
 };
@@ -39,7 +42,8 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> RemoteExperts(
 
 // Codes: InvalidArgument for a malformed request, NotFound/Unimplemented as
 // Checkpoint::Open gives them, Unavailable if no cpu_worker attaches in time,
-// Cancelled if `cancelled` (polled while waiting for it) turns true.
+// Cancelled if `cancelled` (polled while waiting for it) turns true; a
+// cpu_worker that refuses the CPU KV cache shape, with its own code.
 absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& req,
                                                const std::function<bool()>& cancelled = {});
 

@@ -89,6 +89,7 @@ absl::StatusOr<proto::StepResult> StepExecutor::Run(const proto::StepPlan& plan)
     c.tokens.assign(s.tokens().begin(), s.tokens().end());
     c.start_pos = s.start_pos();
     c.all_logits = s.prompt_logprobs();
+    c.cpu_attention = s.cpu_attention();
     batch.push_back(std::move(c));
   }
   TANDEM_ASSIGN_OR_RETURN(StepResult r, engine_->Step(batch));

@@ -3,10 +3,12 @@
 // log-probs are those of the logits, bad plans are rejected cleanly.
 #include "gpu_worker/service/step_executor.h"
 
+#include <algorithm>
 #include <string>
 
 #include "common/checkpoint.h"
 #include "gpu_worker/engine/generator.h"
+#include "gpu_worker/engine/local_attention_offload.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -158,6 +160,114 @@ TEST(StepExecutor, RejectsBadPlansWithoutRunning) {
   EXPECT_EQ(bad(Seq(1, {1 << 30}, 0, true)), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad(Seq(1, {1}, 3, true)), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ex.engine().SequenceLength(1), 0);
+}
+
+// An attention offload that records which sequences it was given.
+class RecordingAttention : public AttentionOffload {
+ public:
+  explicit RecordingAttention(std::unique_ptr<LocalAttentionOffload> inner)
+      : inner_(std::move(inner)) {}
+  absl::Status Submit(int64_t layer, const std::vector<AttentionJob>& jobs) override {
+    for (const AttentionJob& j : jobs) seen.push_back(j.seq_id);
+    return inner_->Submit(layer, jobs);
+  }
+  absl::Status Collect(int64_t layer, const std::vector<AttentionJob>& jobs) override {
+    return inner_->Collect(layer, jobs);
+  }
+  void Free(int64_t seq_id) override {
+    freed.push_back(seq_id);
+    inner_->Free(seq_id);
+  }
+  const CpuKvCache& cache() const { return inner_->cache(); }
+
+  std::vector<int64_t> seen, freed;
+
+ private:
+  std::unique_ptr<LocalAttentionOffload> inner_;
+};
+
+// Plans that mark some sequences cpu_attention run those sequences'
+// attention on the engine's attention offload (their KV only there), give
+// the tokens of the all-local run, and free_seq_ids frees their CPU KV.
+TEST(StepExecutor, CpuAttentionFromThePlanUsesTheOffload) {
+  const std::vector<int32_t> a = {5, 9, 13, 2, 7, 1, 88}, b = {100, 3, 4};
+  const int kTokens = 6;
+  auto run = [&](StepExecutor& ex, bool a_cpu, bool b_cpu, std::vector<int32_t>* got_a,
+                 std::vector<int32_t>* got_b) {
+    proto::StepPlan p0;
+    *p0.add_sequences() = Seq(1, {a.begin(), a.begin() + 4}, 0, false);
+    p0.mutable_sequences(0)->set_cpu_attention(a_cpu);
+    ASSERT_TRUE(ex.Run(p0).ok());
+    proto::StepPlan p1;
+    *p1.add_sequences() = Seq(1, {a.begin() + 4, a.end()}, 4, true);
+    *p1.add_sequences() = Seq(2, b, 0, true);
+    p1.mutable_sequences(0)->set_cpu_attention(a_cpu);
+    p1.mutable_sequences(1)->set_cpu_attention(b_cpu);
+    auto r1 = ex.Run(p1);
+    ASSERT_TRUE(r1.ok()) << r1.status();
+    got_a->push_back(r1->results(0).token());
+    got_b->push_back(r1->results(1).token());
+    for (int i = 1; i < kTokens; ++i) {
+      proto::StepPlan p;
+      *p.add_sequences() = Seq(2, {got_b->back()}, static_cast<int64_t>(b.size()) + i - 1, true, i);
+      *p.add_sequences() = Seq(1, {got_a->back()}, static_cast<int64_t>(a.size()) + i - 1, true, i);
+      p.mutable_sequences(0)->set_cpu_attention(b_cpu);
+      p.mutable_sequences(1)->set_cpu_attention(a_cpu);
+      auto r = ex.Run(p);
+      ASSERT_TRUE(r.ok()) << r.status();
+      got_b->push_back(r->results(0).token());
+      got_a->push_back(r->results(1).token());
+    }
+  };
+  std::vector<int32_t> want_a, want_b;
+  {
+    StepExecutor ex(LoadEngine("qwen2_moe_f32"));
+    run(ex, false, false, &want_a, &want_b);
+  }
+
+  StepExecutor ex(LoadEngine("qwen2_moe_f32"));
+  auto local = LocalAttentionOffload::Create(CpuAttentionShapeFor(ex.engine().config(), 16, 256));
+  ASSERT_TRUE(local.ok()) << local.status();
+  RecordingAttention offload(std::move(*local));
+  ex.engine().SetAttentionOffload(&offload);
+  const int64_t blocks = ex.engine().free_kv_blocks();
+  std::vector<int32_t> got_a, got_b;
+  run(ex, true, false, &got_a, &got_b);
+  EXPECT_EQ(got_a, want_a);
+  EXPECT_EQ(got_b, want_b);
+  // Only sequence 1 went to the offload; only sequence 2 holds local blocks.
+  EXPECT_EQ(std::count(offload.seen.begin(), offload.seen.end(), 2), 0);
+  EXPECT_GT(std::count(offload.seen.begin(), offload.seen.end(), 1), 0);
+  EXPECT_EQ(ex.engine().free_kv_blocks(), blocks - 1);  // b: 3 + 6 tokens in one block
+  EXPECT_TRUE(offload.cache().Has(1));
+
+  // Freeing through the plan frees the CPU KV; the ids come back swapped.
+  proto::StepPlan free;
+  free.add_free_seq_ids(1);
+  free.add_free_seq_ids(2);
+  ASSERT_TRUE(ex.Run(free).ok());
+  EXPECT_EQ(offload.freed, std::vector<int64_t>{1});
+  EXPECT_EQ(offload.cache().num_sequences(), 0);
+  EXPECT_EQ(ex.engine().free_kv_blocks(), blocks);
+  got_a.clear();
+  got_b.clear();
+  run(ex, false, true, &got_a, &got_b);
+  EXPECT_EQ(got_a, want_a);
+  EXPECT_EQ(got_b, want_b);
+  EXPECT_TRUE(offload.cache().Has(2));
+  EXPECT_FALSE(offload.cache().Has(1));
+
+  // A plan that moves a live sequence is rejected, and one asking for CPU
+  // attention on an engine without an offload fails, without running.
+  proto::StepPlan move;
+  *move.add_sequences() = Seq(2, {got_b.back()}, static_cast<int64_t>(b.size()) + kTokens - 1, true);
+  EXPECT_EQ(ex.Run(move).status().code(), absl::StatusCode::kInvalidArgument);
+  ex.engine().SetAttentionOffload(nullptr);
+  proto::StepPlan nowhere;
+  *nowhere.add_sequences() = Seq(9, {1, 2}, 0, true);
+  nowhere.mutable_sequences(0)->set_cpu_attention(true);
+  EXPECT_EQ(ex.Run(nowhere).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ex.engine().SequenceLength(9), 0);
 }
 
 }  // namespace

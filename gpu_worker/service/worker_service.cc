@@ -8,8 +8,9 @@ namespace tandem {
 
 WorkerService::~WorkerService() {
   absl::MutexLock lock(&mu_);
-  executor_.reset();  // before the offload it points at
+  executor_.reset();  // before the offloads it points at
   offload_.reset();
+  attention_offload_.reset();
 }
 
 absl::StatusOr<proto::LoadModelResponse> WorkerService::DoLoadModel(
@@ -20,10 +21,12 @@ absl::StatusOr<proto::LoadModelResponse> WorkerService::DoLoadModel(
   // be attaching under the same names).
   executor_.reset();
   offload_.reset();
+  attention_offload_.reset();
   absl::StatusOr<LoadedModel> m = LoadModelForWorker(
       req, [&] { return stopping_.load() || (ctx != nullptr && ctx->IsCancelled()); });
   if (!m.ok()) return m.status();
   offload_ = std::move(m->offload);
+  attention_offload_ = std::move(m->attention);
   executor_ = std::move(m->executor);
   draining_.store(false);
   return m->response;

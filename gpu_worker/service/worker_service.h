@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "gpu_worker/engine/shm_attention_offload.h"
 #include "gpu_worker/engine/shm_expert_offload.h"
 #include "gpu_worker/service/step_executor.h"
 #include "proto/worker.grpc.pb.h"
@@ -52,7 +53,8 @@ class WorkerService final : public proto::Worker::Service {
   // max(1, kv_blocks * block_size / max_context) sequences of max_context
   // tokens (0s take defaults: max_context min(model max, 8192), block_size
   // 16, kv_blocks 4 sequences' worth). With cpu_placement, creates the
-  // expert rings named by data_segment and waits for the cpu_worker.
+  // expert rings named by data_segment and waits for the cpu_worker; with
+  // cpu_kv_tokens, the attention rings likewise.
   // Replaces a model loaded before (its sequences are gone).
   // `ctx` (may be null) lets a cancelled call stop waiting for the cpu_worker.
   absl::StatusOr<proto::LoadModelResponse> DoLoadModel(const proto::LoadModelRequest& req,
@@ -71,8 +73,9 @@ class WorkerService final : public proto::Worker::Service {
 
  private:
   absl::Mutex mu_;  // one engine: LoadModel, Step and Profile run one at a time
-  // The engine holds a raw pointer to the offload: executor_ goes first.
+  // The engine holds raw pointers to the offloads: executor_ goes first.
   std::unique_ptr<ShmExpertOffload> offload_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<ShmAttentionOffload> attention_offload_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<StepExecutor> executor_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};  // Shutdown called: set before taking mu_
