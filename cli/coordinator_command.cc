@@ -21,10 +21,9 @@ CLI::App* AddCoordinatorCommand(CLI::App& app, CoordinatorOptions& o) {
   cmd->add_option("--registry-listen", o.registry_listen,
                   "HOST:PORT where workers register (0.0.0.0 for other machines)")
       ->capture_default_str();
-  cmd->add_option("--expert-rings", o.expert_rings,
+  cmd->add_option("--rings,--expert-rings", o.rings,
                   "Shared-memory ring prefix the gpu_worker creates and the cpu_worker opens "
-                  "(with --cpu-experts)")
-      ->capture_default_str();
+                  "(with --cpu-experts or --cpu-kv-blocks; default /tandem-experts)");
   return cmd;
 }
 
@@ -33,7 +32,9 @@ int RunCoordinator(const CoordinatorOptions& opts) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
   CoordinatorOptions o = opts;
-  if (o.cpu_experts != "none" && o.expert_rings.empty()) o.expert_rings = "/tandem-experts";
+  if ((o.cpu_experts != "none" || o.cpu_kv_blocks > 0) && o.rings.empty()) {
+    o.rings = "/tandem-experts";
+  }
   absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> rt = CoordinatorRuntime::Start(o);
   if (!rt.ok()) {
     std::fprintf(stderr, "tandem coordinator: %s\n", std::string(rt.status().message()).c_str());

@@ -31,11 +31,11 @@ struct CoordinatorRuntime::Parts {
   std::string registry_address;
   std::shared_ptr<const Tokenizer> tokenizer;
   std::unique_ptr<frontend::TextProcessor> text;
+  std::unique_ptr<frontend::Metrics> metrics;  // before the driver that feeds it
   std::unique_ptr<coord::WorkerRegistry> registry;
   std::unique_ptr<grpc::Server> registry_server;
   std::unique_ptr<coord::StepDriver> driver;
   std::unique_ptr<coord::FrontendBackend> backend;
-  std::unique_ptr<frontend::Metrics> metrics;
   std::unique_ptr<frontend::HttpServer> http;
   std::unique_ptr<frontend::GrpcClientService> grpc_service;
   std::unique_ptr<grpc::Server> grpc_server;  // after its service: destroyed first
@@ -90,6 +90,10 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
   cmd->add_option("--api-key", o.api_key, "Require Authorization: Bearer KEY");
   cmd->add_option("--grpc-port", o.grpc_port, "Port of the client gRPC API on --host (0: any free port; -1: off)")->capture_default_str();
   cmd->add_option("--cpu-experts", o.cpu_experts, "Routed experts on a cpu_worker: none, all or N-per-layer")->capture_default_str();
+  cmd->add_option("--cpu-kv-blocks", o.cpu_kv_blocks,
+                  "KV blocks of 16 tokens on a cpu_worker: requests placed there run "
+                  "attention on the CPU (0: none)")
+      ->capture_default_str();
   cmd->add_option("--max-model-len", o.max_model_len, "Context length (default: the model's, at most 8192)");
   cmd->add_option("--max-num-seqs", o.max_num_seqs, "Sequences per step at most")->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "Tokens per step at most")->capture_default_str();
@@ -141,12 +145,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
   dc.model.kv_blocks = o.kv_blocks > 0 ? o.kv_blocks
                                        : (dc.model.max_context + 15) / 16 *
                                              std::max<int64_t>(4, o.max_num_seqs / 4);
-  if (o.cpu_experts != "none") {
-    if (o.expert_rings.empty()) {
-      return absl::InvalidArgumentError("--cpu-experts needs the cpu_worker's ring name prefix");
+  if (o.cpu_kv_blocks < 0) return absl::InvalidArgumentError("--cpu-kv-blocks must be >= 0");
+  if (o.cpu_experts != "none" || o.cpu_kv_blocks > 0) {
+    if (o.rings.empty()) {
+      return absl::InvalidArgumentError("a cpu_worker needs its ring name prefix (--rings)");
     }
     TANDEM_ASSIGN_OR_RETURN(dc.model.cpu_experts, ParseCpuExperts(o.cpu_experts, cfg));
-    dc.model.data_segment = o.expert_rings;
+    dc.model.data_segment = o.rings;
+    dc.model.cpu_kv_tokens = o.cpu_kv_blocks * dc.model.block_size;
+    dc.num_cpu_kv_blocks = o.cpu_kv_blocks;
   }
   dc.max_num_seqs = o.max_num_seqs;
   dc.max_num_batched_tokens = std::max(o.max_num_batched_tokens, o.max_num_seqs);
@@ -156,12 +163,24 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
   }
   dc.vocab_size = cfg.vocab_size;
   dc.tokenizer = p->tokenizer;
-  TANDEM_ASSIGN_OR_RETURN(p->driver, coord::StepDriver::Create(std::move(dc)));
-  p->registry->SetListener(p->driver.get());
-
-  p->backend = std::make_unique<coord::FrontendBackend>(p->driver.get());
   p->served_name = o.served_model_name.empty() ? o.model : o.served_model_name;
   p->metrics = std::make_unique<frontend::Metrics>(p->served_name);
+  dc.on_step = [m = p->metrics.get()](const coord::StepStats& s) {
+    if (s.ok) m->ObserveWorkerStep("gpu_worker", s.worker_seconds);
+  };
+  TANDEM_ASSIGN_OR_RETURN(p->driver, coord::StepDriver::Create(std::move(dc)));
+  p->registry->SetListener(p->driver.get());
+  // Scheduler gauges are read when scraped, so they are never stale.
+  p->metrics->SetCollectHook([m = p->metrics.get(), d = p->driver.get()] {
+    const coord::DriverMetrics dm = d->metrics();
+    m->SetNumRequestsRunning(dm.num_running);
+    m->SetNumRequestsWaiting(dm.num_waiting);
+    m->SetKvCacheUsage(dm.gpu_kv_usage);
+    m->SetKvBlocks("gpu", dm.gpu_kv_blocks_used, dm.gpu_kv_blocks_total);
+    m->SetKvBlocks("cpu", dm.cpu_kv_blocks_used, dm.cpu_kv_blocks_total);
+  });
+
+  p->backend = std::make_unique<coord::FrontendBackend>(p->driver.get());
   frontend::HttpServerOptions ho;
   ho.host = o.host;
   ho.port = o.port;
@@ -209,6 +228,7 @@ void CoordinatorRuntime::Stop() {
     parts_->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
   parts_->registry->SetListener(nullptr);
+  parts_->metrics->SetCollectHook(nullptr);
   parts_->driver->Stop();
   parts_->registry_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }

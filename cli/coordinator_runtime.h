@@ -23,7 +23,8 @@ struct CoordinatorOptions {
   std::string registry_listen = "127.0.0.1:50051";  // where workers register
   int grpc_port = -1;                 // the client gRPC API; 0: any free port, -1: off
   std::string cpu_experts = "none";
-  std::string expert_rings;           // shared-memory ring prefix for the cpu_worker
+  int64_t cpu_kv_blocks = 0;          // Neo's CPU KV pool on the cpu_worker; 0: none
+  std::string rings;                  // shared-memory ring prefix for the cpu_worker
   int64_t max_model_len = 0;
   int64_t max_num_seqs = 16;
   int64_t max_num_batched_tokens = 2048;

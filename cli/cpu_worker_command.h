@@ -1,6 +1,8 @@
-// `tandem cpu-worker`: the cpu_worker process. In this version it serves the
-// CPU-resident routed experts of one gpu_worker over shared-memory rings the
-// gpu_worker created (registration with a coordinator comes with the service).
+// `tandem cpu-worker`: the cpu_worker process. It serves one gpu_worker over
+// shared-memory rings the gpu_worker created: the CPU-resident routed experts
+// (<rings>-req / -rep) and/or, with --attention, Neo-style CPU attention over
+// a CPU KV cache it owns (<rings>-attn-req / -attn-rep), each pair on a
+// thread of its own. With --coordinator it registers and heartbeats there.
 #ifndef TANDEM_CLI_CPU_WORKER_COMMAND_H_
 #define TANDEM_CLI_CPU_WORKER_COMMAND_H_
 
@@ -12,10 +14,13 @@ namespace tandem::cli {
 
 struct CpuWorkerOptions {
   std::string model;
-  std::string cpu_experts = "all";
-  std::string expert_rings;  // name prefix: <prefix>-req, <prefix>-rep
+  std::string cpu_experts = "all";  // "none": no expert service
+  std::string expert_rings;  // name prefix: <prefix>-req, <prefix>-rep (+ -attn-req, -attn-rep)
+  std::string coordinator;  // HOST:PORT of the Registry; empty: do not register
   std::string dtype = "auto";
   int64_t attach_timeout_s = 300;
+  bool attention = false;     // serve CPU attention on <prefix>-attn-*
+  int64_t cpu_kv_tokens = 0;  // the most CPU KV tokens a gpu_worker may ask for; 0 = any
 };
 
 CLI::App* AddCpuWorkerCommand(CLI::App& app, CpuWorkerOptions& opts);

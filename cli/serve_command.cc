@@ -37,7 +37,8 @@ absl::Status Run(const ServeOptions& so) {
 
   CoordinatorOptions o = so.coordinator;
   o.registry_listen = "127.0.0.1:0";  // the workers are local children
-  if (o.cpu_experts != "none") o.expert_rings = absl::StrCat("/tandem-", getpid(), "-experts");
+  const bool cpu_worker = o.cpu_experts != "none" || o.cpu_kv_blocks > 0;
+  if (cpu_worker) o.rings = absl::StrCat("/tandem-", getpid(), "-experts");
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorRuntime> rt, CoordinatorRuntime::Start(o));
   std::printf("serving %s on http://%s:%d\n", rt->served_name().c_str(), o.host.c_str(),
               rt->http_port());
@@ -47,9 +48,15 @@ absl::Status Run(const ServeOptions& so) {
   std::vector<Supervised> workers;
   workers.push_back({"gpu_worker", {"gpu-worker", "--listen", "127.0.0.1:0", "--coordinator",
                                     rt->registry_address(), "--device", "host"}, nullptr});
-  if (!o.expert_rings.empty()) {
-    workers.push_back({"cpu_worker", {"cpu-worker", "--model", o.model, "--cpu-experts",
-                                      o.cpu_experts, "--expert-rings", o.expert_rings}, nullptr});
+  if (cpu_worker) {
+    std::vector<std::string> args = {"cpu-worker", "--model", o.model, "--cpu-experts",
+                                     o.cpu_experts, "--rings", o.rings, "--coordinator",
+                                     rt->registry_address()};
+    if (o.cpu_kv_blocks > 0) {
+      args.insert(args.end(), {"--attention", "--cpu-kv-tokens",
+                               absl::StrCat(o.cpu_kv_blocks * 16)});
+    }
+    workers.push_back({"cpu_worker", std::move(args), nullptr});
   }
   for (auto& w : workers) TANDEM_RETURN_IF_ERROR(w.Start());
 

@@ -6,10 +6,12 @@
 #include "cli/coordinator_command.h"
 #include "cli/cpu_worker_command.h"
 #include "cli/generate_command.h"
+#include "cli/openmp_environment.h"
 #include "cli/gpu_worker_command.h"
 #include "cli/serve_command.h"
 
 int main(int argc, char** argv) {
+  tandem::cli::EnsurePassiveOpenMpWait(argv);
   CLI::App app{"Tandem: serves large language models across GPU and CPU"};
   app.require_subcommand(1);
   tandem::cli::GenerateOptions gen;

@@ -41,9 +41,12 @@ absl::Status ModelSpec::Validate() const {
       }
     }
   }
-  if (has_cpu_experts() && !absl::StartsWith(data_segment, "/tandem-")) {
+  if (cpu_kv_tokens < 0) {
+    return absl::InvalidArgumentError("model: cpu_kv_tokens must be >= 0");
+  }
+  if (uses_cpu_worker() && !absl::StartsWith(data_segment, "/tandem-")) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model: experts on a cpu_worker need a data_segment named "
+        "model: experts or KV on a cpu_worker need a data_segment named "
         "\"/tandem-...\", got \"",
         data_segment, "\""));
   }
@@ -68,8 +71,9 @@ proto::LoadModelRequest BuildLoadModelRequest(const ModelSpec& spec) {
   r.set_kv_blocks(spec.kv_blocks);
   r.set_block_size(spec.block_size);
   r.set_weight_segment(spec.weight_segment);
-  if (spec.has_cpu_experts()) {
+  if (spec.uses_cpu_worker()) {
     r.set_data_segment(spec.data_segment);
+    r.set_cpu_kv_tokens(spec.cpu_kv_tokens);
     for (const std::vector<int32_t>& layer : spec.cpu_experts) {
       auto* l = r.mutable_cpu_placement()->add_experts();
       for (int32_t e : layer) l->add_experts(e);

@@ -35,13 +35,17 @@ struct ModelSpec {
   // Per layer, the routed experts a cpu_worker computes (empty: none; a
   // shorter list leaves the remaining layers on the GPU).
   std::vector<std::vector<int32_t>> cpu_experts;
-  // POSIX shm name prefix of the expert rings ("/tandem-<pid>-experts");
-  // required when cpu_experts lists any expert.
+  // KV tokens held by the cpu_worker for requests the scheduler places on
+  // the CPU pool (Neo): their attention runs there. 0: no CPU attention.
+  int64_t cpu_kv_tokens = 0;
+  // POSIX shm name prefix of the cpu_worker's rings ("/tandem-<pid>-experts");
+  // required when cpu_experts lists any expert or cpu_kv_tokens > 0.
   std::string data_segment;
   std::string weight_segment;  // host weight store to map, if any
   absl::Duration attach_timeout = absl::Seconds(60);
 
   bool has_cpu_experts() const;
+  bool uses_cpu_worker() const { return has_cpu_experts() || cpu_kv_tokens > 0; }
   // InvalidArgument naming the bad field.
   absl::Status Validate() const;
   // max(1, kv_blocks * block_size / max_context) sequences of

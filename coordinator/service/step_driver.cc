@@ -28,6 +28,12 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
         "the tokenizer has ", config.tokenizer->vocab_size(),
         " tokens, more than the model's vocabulary of ", config.vocab_size));
   }
+  if (config.num_cpu_kv_blocks < 0 ||
+      config.num_cpu_kv_blocks * config.model.block_size > config.model.cpu_kv_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_cpu_kv_blocks (", config.num_cpu_kv_blocks, ") must be >= 0 and fit in the "
+        "cpu_worker's model.cpu_kv_tokens (", config.model.cpu_kv_tokens, ")"));
+  }
   sched::SchedulerConfig sc;
   sc.block_size = config.model.block_size;
   sc.num_gpu_blocks = config.model.KvBlocksAfterRounding();

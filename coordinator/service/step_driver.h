@@ -64,7 +64,8 @@ struct StepDriverConfig {
   // limit is model.max_context; the GPU KV pool model.KvBlocksAfterRounding().
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 64;
-  int64_t num_cpu_kv_blocks = 0;      // Neo's CPU KV pool; 0: none
+  // Neo's CPU KV pool; 0: none. Must fit in model.cpu_kv_tokens.
+  int64_t num_cpu_kv_blocks = 0;
   std::vector<int32_t> eos_token_ids;  // the model's end-of-generation ids
   int64_t vocab_size = 0;  // > 0: Submit checks token ids against it
   // Submit returns kResourceExhausted while this many requests wait.

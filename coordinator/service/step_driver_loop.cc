@@ -126,6 +126,13 @@ void StepDriver::LoadModel() {
         "gpu_worker ", target.id, " holds ", r->kv_blocks(),
         " KV blocks; the scheduler plans for ", need));
   }
+  const int64_t need_cpu_tokens =
+      scheduler_->num_total_blocks(sched::KvPool::kCpu) * config_.model.block_size;
+  if (r.ok() && r->cpu_kv_tokens() < need_cpu_tokens) {
+    r = absl::FailedPreconditionError(absl::StrCat(
+        "gpu_worker ", target.id, "'s cpu_worker holds ", r->cpu_kv_tokens(),
+        " KV tokens; the scheduler plans for ", need_cpu_tokens));
+  }
   if (r.ok()) {
     stub_ = std::move(stub);
     state_ = WorkerState::kReady;

@@ -1,14 +1,19 @@
 """Greedy outputs through `tandem serve` equal transformers' goldens and
 `tandem generate`, token for token, for one golden checkpoint; for an MoE
 checkpoint with the routed experts on the gpu_worker, all on the cpu_worker,
-and half on each. The golden prompts run concurrently (one batch), streamed
-and not.
+and half on each; and with a GPU KV pool of one sequence, so that the other
+requests hold their KV on the cpu_worker and run attention there (Neo). The
+golden prompts run concurrently (one batch), streamed and not.
 
 usage: serve_greedy_test.py TANDEM MODEL_DIR
 """
 import json
 import os
+import re
 import sys
+import threading
+import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from harness import Checks, Serve, completion_ids, generate
@@ -24,6 +29,32 @@ def stream_ids(serve, body):
             ids += [int(t.split(":", 1)[1]) for t in lp.get("tokens", [])]
             finish = c.get("finish_reason") or finish
     return status, ids, done, finish
+
+
+class CpuBlockWatcher:
+    """Polls /metrics for the most CPU KV blocks in use at once."""
+
+    def __init__(self, serve):
+        self.serve, self.peak, self.done = serve, 0, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.done.is_set():
+            try:
+                with urllib.request.urlopen(self.serve.url + "/metrics", timeout=5) as r:
+                    body = r.read().decode()
+                m = re.search(r'^tandem_kv_blocks_used\{pool="cpu"\} (\S+)$', body, re.M)
+                if m:
+                    self.peak = max(self.peak, int(float(m.group(1))))
+            except OSError:
+                pass
+            time.sleep(0.002)
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        return self.peak
 
 
 def main():
@@ -43,11 +74,17 @@ def main():
                      f"{ref['token_ids']} vs {case['continuation']}")
 
     experts = config.get("num_local_experts") or config.get("num_experts") or 0
-    placements = ["none"]
+    placements = [("none", [])]
     if experts:
-        placements += ["all", f"{experts // 2}-per-layer"]
-    for placement in placements:
-        serve = Serve(tandem, model, "--cpu-experts", placement, "--max-num-seqs", "8")
+        placements += [("all", ["--cpu-experts", "all"]),
+                       (f"{experts // 2}-per-layer", ["--cpu-experts", f"{experts // 2}-per-layer"])]
+    # A GPU pool of one sequence: the other requests must go to the CPU pool.
+    blocks = (max(len(c["prompt"]) for c in cases) + n + 15) // 16
+    placements.append(("cpu-kv", ["--max-model-len", str(blocks * 16), "--kv-blocks",
+                                  str(blocks), "--cpu-kv-blocks", str(8 * blocks)]))
+    for placement, args in placements:
+        serve = Serve(tandem, model, *args, "--max-num-seqs", "8")
+        cpu_blocks = CpuBlockWatcher(serve) if placement == "cpu-kv" else None
         try:
             def body(case):
                 return {"model": "model", "prompt": case["prompt"], "max_tokens": n,
@@ -73,6 +110,10 @@ def main():
             if placement != "none":
                 checks.check(f"[{placement}] a cpu_worker was started",
                              len(serve.child_pids("cpu_worker")) == 1, serve.log())
+            if cpu_blocks is not None:
+                peak = cpu_blocks.stop()
+                checks.check(f"[{placement}] requests held KV on the cpu_worker "
+                             f"(peak {peak} blocks)", peak > 0)
         finally:
             rc, alive, shm = serve.stop()
         checks.check(f"[{placement}] serve exits 0 on SIGTERM leaving no process or segment",
