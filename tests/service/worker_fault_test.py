@@ -1,4 +1,5 @@
-"""Worker faults through `tandem serve`: a cpu_worker (computing half of the
+"""Faults through `tandem serve`. A client that disconnects mid-stream must
+free its request (and KV) at once. A cpu_worker (computing half of the
 routed experts) is killed while a completion streams. The stream must end
 within a couple of seconds with an error event naming the cause (never a
 silent truncation or a hang), the coordinator must keep serving, and once
@@ -9,6 +10,7 @@ usage: worker_fault_test.py TANDEM RANDOM_MOE_DIR
 """
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -20,6 +22,13 @@ from harness import Checks, Serve, pid_alive
 PROMPT = "The river carried cold water past old stone houses"
 
 
+def running(serve):
+    with urllib.request.urlopen(serve.url + "/metrics", timeout=10) as r:
+        body = r.read().decode()
+    m = re.search(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", body, re.M)
+    return float(m.group(1)) if m else -1
+
+
 def main():
     tandem, model = sys.argv[1], sys.argv[2]
     checks = Checks()
@@ -29,6 +38,23 @@ def main():
                   "ignore_eos": True}
         status, before = serve.post("/v1/completions", greedy)
         checks.check("greedy completion before the fault", status == 200, str(before))
+
+        # A client that goes away mid-stream: its request stops running at once.
+        body = {"model": "model", "prompt": PROMPT, "max_tokens": 4000, "temperature": 0,
+                "ignore_eos": True, "stream": True}
+        req = urllib.request.Request(serve.url + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        r = urllib.request.urlopen(req, timeout=120)
+        for _ in range(5):
+            r.readline()
+        was_running = running(serve)
+        r.close()
+        left = time.time()
+        while time.time() - left < 2 and running(serve) != 0:
+            time.sleep(0.02)
+        checks.check(f"a client that disconnects mid-stream frees its request within 2 s "
+                     f"(running {was_running} -> {running(serve)} after "
+                     f"{time.time() - left:.2f} s)", was_running == 1 and running(serve) == 0)
 
         cpu = serve.child_pids("cpu_worker")
         checks.check("one cpu_worker child", len(cpu) == 1, serve.log())
