@@ -7,6 +7,7 @@
 #include "common/checkpoint.h"
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/local_expert_offload.h"
+#include "gpu_worker/engine/sharded_expert_offload.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -47,6 +48,45 @@ TEST_P(ExpertOffloadTest, HalfTheExpertsOffloadedGiveTheSameLogits) {
     ref = std::max(ref, std::fabs(static_cast<double>(want[i])));
   }
   EXPECT_LT(diff / ref, 1e-5);
+}
+
+TEST_P(ExpertOffloadTest, ExpertsShardedOverThreeOffloadsGiveTheSameLogits) {
+  auto engine = Load(GetParam());
+  const auto want = Logits(*engine, 1);
+  std::vector<std::unique_ptr<ExpertOffload>> shards;
+  std::vector<int> calls(3, 0);
+  for (int64_t i = 0; i < 3; ++i) {
+    // Each shard only claims its own experts: a job routed to the wrong
+    // shard would be computed by nobody and change the logits.
+    shards.push_back(std::make_unique<LocalExpertOffload>(
+        &engine->weights(), [i, &calls](int64_t, int64_t e) {
+          const bool mine = ExpertShard(e, 3) == i && e != 3;
+          calls[static_cast<size_t>(i)] += mine;
+          return mine;
+        }));
+  }
+  auto sharded = ShardedExpertOffload::Create(std::move(shards));
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  EXPECT_FALSE((*sharded)->IsRemote(0, 3));  // expert 3 stays local
+  EXPECT_TRUE((*sharded)->IsRemote(0, 1));
+  engine->SetExpertOffload(sharded->get());
+  const auto got = Logits(*engine, 2);
+  ASSERT_EQ(got.size(), want.size());
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    ref = std::max(ref, std::fabs(static_cast<double>(want[i])));
+  }
+  EXPECT_LT(diff / ref, 1e-5);
+  for (int i = 0; i < 3; ++i) EXPECT_GT(calls[static_cast<size_t>(i)], 0) << "shard " << i;
+}
+
+TEST(ShardRing, NamesAndPartition) {
+  EXPECT_EQ(ShardRingPrefix("/tandem-1-experts", 0, 1), "/tandem-1-experts");
+  EXPECT_EQ(ShardRingPrefix("/tandem-1-experts", 1, 2), "/tandem-1-experts-s1");
+  const std::vector<std::vector<int32_t>> remote = {{0, 1, 2, 3, 4}, {}, {5, 7}};
+  EXPECT_EQ(ShardExperts(remote, 0, 2), (std::vector<std::vector<int32_t>>{{0, 2, 4}, {}, {}}));
+  EXPECT_EQ(ShardExperts(remote, 1, 2), (std::vector<std::vector<int32_t>>{{1, 3}, {}, {5, 7}}));
 }
 
 class FailingOffload : public ExpertOffload {

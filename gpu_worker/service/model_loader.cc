@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "common/status_macros.h"
+#include "gpu_worker/engine/sharded_expert_offload.h"
+#include "gpu_worker/engine/shm_expert_offload.h"
 
 namespace tandem {
 namespace {
@@ -124,20 +126,29 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
       std::any_of(remote.begin(), remote.end(), [](const auto& l) { return !l.empty(); });
 
   LoadedModel m;
+  std::vector<std::unique_ptr<ShmExpertOffload>> expert_shards;
   if (any_remote) {
     if (req.data_segment().empty()) {
       return absl::InvalidArgumentError(
           "LoadModel: cpu_placement lists experts but data_segment (the ring prefix) is empty");
     }
-    // The rings exist before the weights load, so the cpu_worker can attach meanwhile.
-    ShmOffloadOptions so;
-    so.name_prefix = req.data_segment();
-    so.hidden = c.hidden_size;
-    // One slot holds a whole 512-token prefill chunk's routed rows.
-    so.slot_bytes =
-        std::max<int64_t>(1 << 20, (512 * c.num_experts_per_tok + 64) * c.hidden_size * 4);
-    so.slot_count = 2;
-    TANDEM_ASSIGN_OR_RETURN(m.offload, ShmExpertOffload::Create(so, remote));
+    if (req.cpu_workers() < 0) {
+      return absl::InvalidArgumentError("LoadModel: cpu_workers must be >= 0");
+    }
+    // The rings exist before the weights load, so the cpu_workers can attach meanwhile.
+    const int64_t shards = std::max(1, req.cpu_workers());
+    for (int64_t i = 0; i < shards; ++i) {
+      ShmOffloadOptions so;
+      so.name_prefix = ShardRingPrefix(req.data_segment(), i, shards);
+      so.hidden = c.hidden_size;
+      // One slot holds a whole 512-token prefill chunk's routed rows.
+      so.slot_bytes =
+          std::max<int64_t>(1 << 20, (512 * c.num_experts_per_tok + 64) * c.hidden_size * 4);
+      so.slot_count = 2;
+      TANDEM_ASSIGN_OR_RETURN(auto shard,
+                              ShmExpertOffload::Create(so, ShardExperts(remote, i, shards)));
+      expert_shards.push_back(std::move(shard));
+    }
   }
   if (req.cpu_kv_tokens() > 0) {
     if (req.data_segment().empty()) {
@@ -146,7 +157,8 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
           "is empty");
     }
     ShmAttentionOptions ao;
-    ao.name_prefix = req.data_segment();
+    // On the first cpu_worker: its ring prefix is the shard-0 one.
+    ao.name_prefix = ShardRingPrefix(req.data_segment(), 0, std::max(1, req.cpu_workers()));
     ao.shape = CpuAttentionShapeFor(c, eo.block_size, req.cpu_kv_tokens());
     // One slot holds a whole 512-token prefill chunk's q/k/v rows.
     ao.slot_bytes = AttentionSlotBytesFor(ao.shape, 512);
@@ -158,11 +170,18 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
   const absl::Duration attach = absl::Milliseconds(
       req.attach_timeout_ms() > 0 ? req.attach_timeout_ms() : kDefaultAttachMs);
   const absl::Time deadline = absl::Now() + attach;
-  if (m.offload) {
-    TANDEM_RETURN_IF_ERROR(
-        WaitForCpuWorker(*m.offload, "expert", deadline, attach, cancelled));
-    engine->SetExpertOffload(m.offload.get());
+  for (auto& shard : expert_shards) {
+    TANDEM_RETURN_IF_ERROR(WaitForCpuWorker(*shard, "expert", deadline, attach, cancelled));
   }
+  if (expert_shards.size() == 1) {
+    m.offload = std::move(expert_shards[0]);
+  } else if (!expert_shards.empty()) {
+    std::vector<std::unique_ptr<ExpertOffload>> shards(
+        std::make_move_iterator(expert_shards.begin()),
+        std::make_move_iterator(expert_shards.end()));
+    TANDEM_ASSIGN_OR_RETURN(m.offload, ShardedExpertOffload::Create(std::move(shards)));
+  }
+  if (m.offload) engine->SetExpertOffload(m.offload.get());
   if (m.attention) {
     TANDEM_RETURN_IF_ERROR(
         WaitForCpuWorker(*m.attention, "attention", deadline, attach, cancelled));

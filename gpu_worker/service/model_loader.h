@@ -15,7 +15,7 @@
 #include "common/model_config.h"
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/shm_attention_offload.h"
-#include "gpu_worker/engine/shm_expert_offload.h"
+#include "gpu_worker/engine/expert_offload.h"
 #include "gpu_worker/service/step_executor.h"
 #include "proto/worker.pb.h"
 
@@ -23,7 +23,7 @@ namespace tandem {
 
 struct LoadedModel {
   // Declared first so they are destroyed last: the engine points at them.
-  std::unique_ptr<ShmExpertOffload> offload;      // null: every expert local
+  std::unique_ptr<ExpertOffload> offload;         // null: every expert local
   std::unique_ptr<ShmAttentionOffload> attention;  // null: no CPU attention
   std::unique_ptr<StepExecutor> executor;
   proto::LoadModelResponse response;

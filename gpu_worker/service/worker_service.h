@@ -74,7 +74,7 @@ class WorkerService final : public proto::Worker::Service {
  private:
   absl::Mutex mu_;  // one engine: LoadModel, Step and Profile run one at a time
   // The engine holds raw pointers to the offloads: executor_ goes first.
-  std::unique_ptr<ShmExpertOffload> offload_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<ExpertOffload> offload_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ShmAttentionOffload> attention_offload_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<StepExecutor> executor_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> draining_{false};
