@@ -90,6 +90,9 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
   cmd->add_option("--api-key", o.api_key, "Require Authorization: Bearer KEY");
   cmd->add_option("--grpc-port", o.grpc_port, "Port of the client gRPC API on --host (0: any free port; -1: off)")->capture_default_str();
   cmd->add_option("--cpu-experts", o.cpu_experts, "Routed experts on a cpu_worker: none, all or N-per-layer")->capture_default_str();
+  cmd->add_option("--cpu-workers", o.cpu_workers,
+                  "cpu_worker processes sharing the CPU experts (expert e on worker e % K)")
+      ->capture_default_str();
   cmd->add_option("--cpu-kv-blocks", o.cpu_kv_blocks,
                   "KV blocks of 16 tokens on a cpu_worker: requests placed there run "
                   "attention on the CPU (0: none)")
@@ -153,6 +156,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
     TANDEM_ASSIGN_OR_RETURN(dc.model.cpu_experts, ParseCpuExperts(o.cpu_experts, cfg));
     dc.model.data_segment = o.rings;
     dc.model.cpu_kv_tokens = o.cpu_kv_blocks * dc.model.block_size;
+    dc.model.cpu_workers = o.cpu_workers;
     dc.num_cpu_kv_blocks = o.cpu_kv_blocks;
   }
   dc.max_num_seqs = o.max_num_seqs;

@@ -23,6 +23,7 @@ struct CoordinatorOptions {
   std::string registry_listen = "127.0.0.1:50051";  // where workers register
   int grpc_port = -1;                 // the client gRPC API; 0: any free port, -1: off
   std::string cpu_experts = "none";
+  int cpu_workers = 1;                // cpu_worker processes sharing the CPU experts
   int64_t cpu_kv_blocks = 0;          // Neo's CPU KV pool on the cpu_worker; 0: none
   std::string rings;                  // shared-memory ring prefix for the cpu_worker
   int64_t max_model_len = 0;

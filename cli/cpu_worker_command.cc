@@ -14,7 +14,10 @@
 #include "common/status_macros.h"
 #include "cpu_worker/service/attention_server.h"
 #include "cpu_worker/service/expert_server.h"
+#include "gpu_worker/engine/sharded_expert_offload.h"
 #include "gpu_worker/service/registration.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 
 namespace tandem::cli {
 namespace {
@@ -52,6 +55,20 @@ absl::StatusOr<RingPair> OpenRings(const std::string& requests, const std::strin
   return p;
 }
 
+// "I/K": this process computes the experts e with e % K == I of the placement
+// (the gpu_worker splits them the same way); empty: all of them.
+absl::StatusOr<ExpertPlacement> ApplyShard(const std::string& shard, ExpertPlacement placement) {
+  if (shard.empty()) return placement;
+  const std::vector<std::string> parts = absl::StrSplit(shard, '/');
+  int64_t i = -1, k = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &i) || !absl::SimpleAtoi(parts[1], &k) ||
+      k < 1 || i < 0 || i >= k) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shard must be I/K with 0 <= I < K, got \"", shard, "\""));
+  }
+  return ShardExperts(placement, i, k);
+}
+
 absl::Status Run(const CpuWorkerOptions& o) {
   if (o.expert_rings.empty()) return absl::InvalidArgumentError("--expert-rings is required");
   const bool experts = o.cpu_experts != "none";
@@ -70,6 +87,7 @@ absl::Status Run(const CpuWorkerOptions& o) {
   if (experts) {
     TANDEM_ASSIGN_OR_RETURN(ExpertPlacement placement,
                             ParseCpuExperts(o.cpu_experts, ckpt->config()));
+    TANDEM_ASSIGN_OR_RETURN(placement, ApplyShard(o.shard, std::move(placement)));
     const ops::ComputeType ct =
         o.dtype == "f32" ? ops::ComputeType::kF32 : ops::ComputeType::kBF16;
     TANDEM_ASSIGN_OR_RETURN(expert_server, ExpertServer::Create(*ckpt, placement, ct));
@@ -141,6 +159,7 @@ CLI::App* AddCpuWorkerCommand(CLI::App& app, CpuWorkerOptions& o) {
   cmd->add_option("--expert-rings,--rings", o.expert_rings, "Shared-memory ring name prefix made by the gpu_worker")->required();
   cmd->add_flag("--attention", o.attention, "Serve CPU attention (Neo) on <rings>-attn-req/-attn-rep, with a CPU KV cache held here");
   cmd->add_option("--cpu-kv-tokens", o.cpu_kv_tokens, "Most CPU KV tokens a gpu_worker may allocate here; 0 = what it asks for")->capture_default_str();
+  cmd->add_option("--shard", o.shard, "I/K: compute only the experts e with e % K == I (one of K cpu_workers)");
   cmd->add_option("--coordinator", o.coordinator, "HOST:PORT of the coordinator's registry to register with (optional)");
   cmd->add_option("--dtype", o.dtype, "GEMM dtype: auto, bf16 or f32")->capture_default_str();
   cmd->add_option("--attach-timeout", o.attach_timeout_s, "Seconds to wait for the gpu_worker's rings")->capture_default_str();

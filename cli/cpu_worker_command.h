@@ -16,6 +16,7 @@ struct CpuWorkerOptions {
   std::string model;
   std::string cpu_experts = "all";  // "none": no expert service
   std::string expert_rings;  // name prefix: <prefix>-req, <prefix>-rep (+ -attn-req, -attn-rep)
+  std::string shard;        // "I/K": one of K cpu_workers sharing the experts; empty: all
   std::string coordinator;  // HOST:PORT of the Registry; empty: do not register
   std::string dtype = "auto";
   int64_t attach_timeout_s = 300;

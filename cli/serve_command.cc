@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "cli/child_process.h"
 #include "common/status_macros.h"
+#include "gpu_worker/engine/sharded_expert_offload.h"
 
 namespace tandem::cli {
 namespace {
@@ -48,11 +49,14 @@ absl::Status Run(const ServeOptions& so) {
   std::vector<Supervised> workers;
   workers.push_back({"gpu_worker", {"gpu-worker", "--listen", "127.0.0.1:0", "--coordinator",
                                     rt->registry_address(), "--device", "host"}, nullptr});
-  if (cpu_worker) {
+  // Expert e on cpu_worker e % K; CPU attention on the first.
+  const int k = cpu_worker ? std::max(1, o.cpu_workers) : 0;
+  for (int i = 0; i < k; ++i) {
     std::vector<std::string> args = {"cpu-worker", "--model", o.model, "--cpu-experts",
-                                     o.cpu_experts, "--rings", o.rings, "--coordinator",
-                                     rt->registry_address()};
-    if (o.cpu_kv_blocks > 0) {
+                                     o.cpu_experts, "--rings", ShardRingPrefix(o.rings, i, k),
+                                     "--coordinator", rt->registry_address()};
+    if (k > 1) args.insert(args.end(), {"--shard", absl::StrCat(i, "/", k)});
+    if (i == 0 && o.cpu_kv_blocks > 0) {
       args.insert(args.end(), {"--attention", "--cpu-kv-tokens",
                                absl::StrCat(o.cpu_kv_blocks * 16)});
     }

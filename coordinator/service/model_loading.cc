@@ -41,6 +41,10 @@ absl::Status ModelSpec::Validate() const {
       }
     }
   }
+  if (cpu_workers < 1 || (cpu_workers > 1 && !has_cpu_experts())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model: cpu_workers (", cpu_workers, ") must be 1, or more with experts to share"));
+  }
   if (cpu_kv_tokens < 0) {
     return absl::InvalidArgumentError("model: cpu_kv_tokens must be >= 0");
   }
@@ -74,6 +78,7 @@ proto::LoadModelRequest BuildLoadModelRequest(const ModelSpec& spec) {
   if (spec.uses_cpu_worker()) {
     r.set_data_segment(spec.data_segment);
     r.set_cpu_kv_tokens(spec.cpu_kv_tokens);
+    r.set_cpu_workers(spec.cpu_workers);
     for (const std::vector<int32_t>& layer : spec.cpu_experts) {
       auto* l = r.mutable_cpu_placement()->add_experts();
       for (int32_t e : layer) l->add_experts(e);

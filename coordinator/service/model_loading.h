@@ -38,6 +38,9 @@ struct ModelSpec {
   // KV tokens held by the cpu_worker for requests the scheduler places on
   // the CPU pool (Neo): their attention runs there. 0: no CPU attention.
   int64_t cpu_kv_tokens = 0;
+  // cpu_workers sharing cpu_experts (expert e on shard e % cpu_workers; see
+  // LoadModelRequest.cpu_workers); >= 1.
+  int32_t cpu_workers = 1;
   // POSIX shm name prefix of the cpu_worker's rings ("/tandem-<pid>-experts");
   // required when cpu_experts lists any expert or cpu_kv_tokens > 0.
   std::string data_segment;

@@ -1,7 +1,7 @@
 """Greedy outputs through `tandem serve` equal transformers' goldens and
 `tandem generate`, token for token, for one golden checkpoint; for an MoE
 checkpoint with the routed experts on the gpu_worker, all on the cpu_worker,
-and half on each; and with a GPU KV pool of one sequence, so that the other
+half on each, and all spread over three cpu_workers; and with a GPU KV pool of one sequence, so that the other
 requests hold their KV on the cpu_worker and run attention there (Neo). The
 golden prompts run concurrently (one batch), streamed and not.
 
@@ -77,14 +77,19 @@ def main():
     placements = [("none", [])]
     if experts:
         placements += [("all", ["--cpu-experts", "all"]),
-                       (f"{experts // 2}-per-layer", ["--cpu-experts", f"{experts // 2}-per-layer"])]
+                       (f"{experts // 2}-per-layer", ["--cpu-experts", f"{experts // 2}-per-layer"]),
+                       ("all-on-3-workers", ["--cpu-experts", "all", "--cpu-workers", "3"])]
     # A GPU pool of one sequence: the other requests must go to the CPU pool.
     blocks = (max(len(c["prompt"]) for c in cases) + n + 15) // 16
-    placements.append(("cpu-kv", ["--max-model-len", str(blocks * 16), "--kv-blocks",
-                                  str(blocks), "--cpu-kv-blocks", str(8 * blocks)]))
+    cpu_kv = ["--max-model-len", str(blocks * 16), "--kv-blocks", str(blocks),
+              "--cpu-kv-blocks", str(8 * blocks)]
+    placements.append(("cpu-kv", cpu_kv))
+    if experts:  # CPU attention on the first of two cpu_workers sharing the experts
+        placements.append(("cpu-kv+experts-on-2-workers",
+                           cpu_kv + ["--cpu-experts", "all", "--cpu-workers", "2"]))
     for placement, args in placements:
         serve = Serve(tandem, model, *args, "--max-num-seqs", "8")
-        cpu_blocks = CpuBlockWatcher(serve) if placement == "cpu-kv" else None
+        cpu_blocks = CpuBlockWatcher(serve) if placement.startswith("cpu-kv") else None
         try:
             def body(case):
                 return {"model": "model", "prompt": case["prompt"], "max_tokens": n,
@@ -108,8 +113,9 @@ def main():
                                  and finish == "length",
                                  f"{status} {ids} {done} {finish}")
             if placement != "none":
-                checks.check(f"[{placement}] a cpu_worker was started",
-                             len(serve.child_pids("cpu_worker")) == 1, serve.log())
+                want = 3 if "3-workers" in placement else 2 if "2-workers" in placement else 1
+                checks.check(f"[{placement}] {want} cpu_worker(s) started",
+                             len(serve.child_pids("cpu_worker")) == want, serve.log())
             if cpu_blocks is not None:
                 peak = cpu_blocks.stop()
                 checks.check(f"[{placement}] requests held KV on the cpu_worker "
