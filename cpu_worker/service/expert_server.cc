@@ -1,9 +1,11 @@
 #include "cpu_worker/service/expert_server.h"
 
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/shm/expert_weight_store.h"
 #include "absl/strings/strip.h"
 #include "common/expert_wire.h"
 #include "common/status_macros.h"
@@ -62,6 +64,37 @@ absl::StatusOr<std::unique_ptr<ExpertServer>> ExpertServer::Create(
   return s;
 }
 
+absl::StatusOr<std::unique_ptr<ExpertServer>> ExpertServer::CreateFromStore(
+    const shm::HostWeightStore& store, const ModelConfig& c, const ExpertPlacement& placement,
+    ops::ComputeType prefer) {
+  if (static_cast<int64_t>(placement.size()) > c.num_layers) {
+    return absl::InvalidArgumentError("expert placement has more layers than the model");
+  }
+  auto s = std::unique_ptr<ExpertServer>(new ExpertServer());
+  s->hidden_ = c.hidden_size;
+  for (size_t l = 0; l < placement.size(); ++l) {
+    for (int32_t e : placement[l]) {
+      if (!c.IsMoeLayer(static_cast<int64_t>(l)) || e < 0 || e >= c.num_experts) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer ", l, " has no routed expert ", e));
+      }
+      ops::LinearWeight* parts[3];
+      ops::MlpWeights m;
+      parts[0] = &m.gate;
+      parts[1] = &m.up;
+      parts[2] = &m.down;
+      for (int i = 0; i < 3; ++i) {
+        TANDEM_ASSIGN_OR_RETURN(
+            TensorView t, store.Lookup(shm::ExpertWeightName(static_cast<int64_t>(l),
+                                                             shm::kExpertWeightBases[i], e)));
+        TANDEM_ASSIGN_OR_RETURN(*parts[i], ops::LinearWeight::Create(t, prefer));
+      }
+      s->experts_.emplace(Key(static_cast<int64_t>(l), e), std::move(m));
+    }
+  }
+  return s;
+}
+
 int64_t ExpertServer::Handle(absl::Span<const uint8_t> request, absl::Span<uint8_t> reply) {
   auto req = wire::ParseRequest(request);
   if (!req.ok()) return wire::WriteErrorReply(0, req.status(), reply);
@@ -106,6 +139,7 @@ absl::Status ExpertServer::Serve(shm::SlotRing& requests, shm::SlotRing& replies
     absl::StatusOr<shm::RingMessage> msg = requests.Wait(poll);
     if (absl::IsDeadlineExceeded(msg.status())) continue;
     if (!msg.ok()) return msg.status();
+    if (on_first_request_) std::exchange(on_first_request_, nullptr)();
     TANDEM_ASSIGN_OR_RETURN(absl::Span<uint8_t> slot,
                             replies.Reserve(replies.slot_bytes(), absl::Seconds(30)));
     const int64_t n = Handle(msg->data, slot);

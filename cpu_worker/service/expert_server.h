@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/checkpoint.h"
+#include "common/shm/host_weight_store.h"
 #include "common/shm/slot_ring.h"
 #include "cpu_worker/ops/mlp.h"
 
@@ -31,6 +33,12 @@ class ExpertServer {
   static absl::StatusOr<std::unique_ptr<ExpertServer>> Create(const Checkpoint& ckpt,
                                                               const ExpertPlacement& placement,
                                                               ops::ComputeType prefer);
+  // The same, computing from a host weight store (common/shm/
+  // expert_weight_store.h) that must outlive the server: weights in the
+  // compute dtype are used in place, the same bytes the gpu_worker maps.
+  static absl::StatusOr<std::unique_ptr<ExpertServer>> CreateFromStore(
+      const shm::HostWeightStore& store, const ModelConfig& config,
+      const ExpertPlacement& placement, ops::ComputeType prefer);
 
   // Computes one request into `reply` (a ring slot); returns the reply size.
   // Malformed requests and experts not held here get an error reply.
@@ -42,12 +50,16 @@ class ExpertServer {
                      const std::atomic<bool>& stop, absl::Duration poll = absl::Milliseconds(100));
 
   int64_t num_experts_held() const { return static_cast<int64_t>(experts_.size()); }
+  // Runs once, when Serve() gets its first request: by then the gpu_worker
+  // has finished LoadModel (e.g. mapped the weight store, whose name can go).
+  void SetOnFirstRequest(std::function<void()> fn) { on_first_request_ = std::move(fn); }
 
  private:
   ExpertServer() = default;
   int64_t hidden_ = 0;
   absl::flat_hash_map<int64_t, ops::MlpWeights> experts_;  // key: layer * 2^20 + expert
   ops::MlpScratch scratch_;
+  std::function<void()> on_first_request_;
 };
 
 }  // namespace tandem
