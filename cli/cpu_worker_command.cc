@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint.h"
+#include "common/shm/expert_weight_store.h"
 #include "common/shm/slot_ring.h"
 #include "common/status_macros.h"
 #include "cpu_worker/service/attention_server.h"
@@ -83,6 +84,7 @@ absl::Status Run(const CpuWorkerOptions& o) {
 
   // Build the services first (loading expert weights takes a while), then
   // attach, so that once the rings are open every request is answered.
+  std::unique_ptr<shm::HostWeightStore> weight_store;  // before the server using it
   std::unique_ptr<ExpertServer> expert_server;
   if (experts) {
     TANDEM_ASSIGN_OR_RETURN(ExpertPlacement placement,
@@ -90,7 +92,17 @@ absl::Status Run(const CpuWorkerOptions& o) {
     TANDEM_ASSIGN_OR_RETURN(placement, ApplyShard(o.shard, std::move(placement)));
     const ops::ComputeType ct =
         o.dtype == "f32" ? ops::ComputeType::kF32 : ops::ComputeType::kBF16;
-    TANDEM_ASSIGN_OR_RETURN(expert_server, ExpertServer::Create(*ckpt, placement, ct));
+    // The experts live in a host weight store the gpu_worker maps too. A
+    // store left by a predecessor that was killed is removed first.
+    const std::string store_name = shm::ExpertWeightStoreName(o.expert_rings);
+    (void)shm::RemoveStaleSegments(store_name);
+    TANDEM_ASSIGN_OR_RETURN(weight_store,
+                            shm::BuildExpertWeightStore(*ckpt, placement, store_name));
+    TANDEM_ASSIGN_OR_RETURN(expert_server, ExpertServer::CreateFromStore(
+                                               *weight_store, ckpt->config(), placement, ct));
+    // Once the gpu_worker sends work it has mapped the store: drop the name,
+    // so that nothing is left in /dev/shm whichever process dies later.
+    expert_server->SetOnFirstRequest([store = weight_store.get()] { (void)store->Unlink(); });
   }
   std::unique_ptr<AttentionServer> attention_server;
   if (o.attention) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cli/child_process.h"
+#include "common/shm/shm_segment.h"
 #include "common/status_macros.h"
 #include "gpu_worker/engine/sharded_expert_offload.h"
 
@@ -46,6 +47,7 @@ absl::Status Run(const ServeOptions& so) {
   if (rt->grpc_port() > 0) std::printf("gRPC API on %s:%d\n", o.host.c_str(), rt->grpc_port());
   std::fflush(stdout);
 
+  const std::string segment_prefix = absl::StrCat("/tandem-", getpid(), "-");
   std::vector<Supervised> workers;
   workers.push_back({"gpu_worker", {"gpu-worker", "--listen", "127.0.0.1:0", "--coordinator",
                                     rt->registry_address(), "--device", "host"}, nullptr});
@@ -73,6 +75,9 @@ absl::Status Run(const ServeOptions& so) {
         // A lost cpu_worker fails the gpu_worker's next step; the driver
         // then reloads the model there, which makes the rings anew and waits
         // for this new cpu_worker to attach.
+        // What a killed worker created (e.g. a cpu_worker's weight store)
+        // is removed; segments of live processes are left alone.
+        (void)shm::RemoveStaleSegments(segment_prefix);
         TANDEM_RETURN_IF_ERROR(w.Start());
       }
     }
@@ -80,6 +85,7 @@ absl::Status Run(const ServeOptions& so) {
   std::fprintf(stderr, "tandem serve: stopping\n");
   rt->Stop();
   for (auto& w : workers) w.child.reset();  // SIGTERM, then SIGKILL after 5 s
+  (void)shm::RemoveStaleSegments(segment_prefix);
   return absl::OkStatus();
 }
 

@@ -115,6 +115,7 @@ TEST_P(CpuWorkerProcess, ExpertsInACpuWorkerGiveTheSameLogits) {
   engine->SetExpertOffload(nullptr);
   EXPECT_EQ(Logits(*engine, 4), want);
   offload->reset();
+  // Rings and weight store were unlinked once in use: nothing is left.
   EXPECT_EQ(CountShm(name), 0);
 }
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
+#include "common/shm/expert_weight_store.h"
 #include "common/status_macros.h"
 #include "gpu_worker/engine/sharded_expert_offload.h"
 #include "gpu_worker/engine/shm_expert_offload.h"
@@ -170,8 +171,22 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
   const absl::Duration attach = absl::Milliseconds(
       req.attach_timeout_ms() > 0 ? req.attach_timeout_ms() : kDefaultAttachMs);
   const absl::Time deadline = absl::Now() + attach;
-  for (auto& shard : expert_shards) {
-    TANDEM_RETURN_IF_ERROR(WaitForCpuWorker(*shard, "expert", deadline, attach, cancelled));
+  for (size_t i = 0; i < expert_shards.size(); ++i) {
+    TANDEM_RETURN_IF_ERROR(
+        WaitForCpuWorker(*expert_shards[i], "expert", deadline, attach, cancelled));
+    // The cpu_worker made its weight store before opening the rings.
+    const auto n = static_cast<int64_t>(expert_shards.size());
+    const std::string store_name = shm::ExpertWeightStoreName(
+        ShardRingPrefix(req.data_segment(), static_cast<int64_t>(i), n));
+    absl::StatusOr<std::unique_ptr<shm::HostWeightStore>> store =
+        shm::HostWeightStore::Open(store_name);
+    if (!store.ok()) {
+      return absl::UnavailableError(absl::StrCat("LoadModel: the cpu_worker's weight store ",
+                                                 store_name, ": ", store.status().message()));
+    }
+    TANDEM_RETURN_IF_ERROR(shm::VerifyExpertWeightStore(
+        **store, engine->checkpoint(), ShardExperts(remote, static_cast<int64_t>(i), n)));
+    m.expert_stores.push_back(*std::move(store));
   }
   if (expert_shards.size() == 1) {
     m.offload = std::move(expert_shards[0]);

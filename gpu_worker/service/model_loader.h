@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model_config.h"
+#include "common/shm/host_weight_store.h"
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/shm_attention_offload.h"
 #include "gpu_worker/engine/expert_offload.h"
@@ -23,6 +24,8 @@ namespace tandem {
 
 struct LoadedModel {
   // Declared first so they are destroyed last: the engine points at them.
+  // The cpu_workers' expert weight stores, mapped (to be pinned for DMA).
+  std::vector<std::unique_ptr<shm::HostWeightStore>> expert_stores;
   std::unique_ptr<ExpertOffload> offload;         // null: every expert local
   std::unique_ptr<ShmAttentionOffload> attention;  // null: no CPU attention
   std::unique_ptr<StepExecutor> executor;

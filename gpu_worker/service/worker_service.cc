@@ -1,5 +1,6 @@
 #include "gpu_worker/service/worker_service.h"
 
+#include "common/shm/shm_segment.h"
 #include "gpu_worker/service/host_profiler.h"
 #include "gpu_worker/service/model_loader.h"
 #include "proto/grpc_status.h"
@@ -22,9 +23,14 @@ absl::StatusOr<proto::LoadModelResponse> WorkerService::DoLoadModel(
   executor_.reset();
   offload_.reset();
   attention_offload_.reset();
+  // A store whose cpu_worker died is removed here (nobody else may be
+  // supervising it); a live cpu_worker's store stays.
+  for (const auto& store : expert_stores_) (void)shm::RemoveStaleSegments(store->name());
+  expert_stores_.clear();
   absl::StatusOr<LoadedModel> m = LoadModelForWorker(
       req, [&] { return stopping_.load() || (ctx != nullptr && ctx->IsCancelled()); });
   if (!m.ok()) return m.status();
+  expert_stores_ = std::move(m->expert_stores);
   offload_ = std::move(m->offload);
   attention_offload_ = std::move(m->attention);
   executor_ = std::move(m->executor);

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/shm/host_weight_store.h"
 #include "gpu_worker/engine/shm_attention_offload.h"
 #include "gpu_worker/engine/shm_expert_offload.h"
 #include "gpu_worker/service/step_executor.h"
@@ -74,6 +75,7 @@ class WorkerService final : public proto::Worker::Service {
  private:
   absl::Mutex mu_;  // one engine: LoadModel, Step and Profile run one at a time
   // The engine holds raw pointers to the offloads: executor_ goes first.
+  std::vector<std::unique_ptr<shm::HostWeightStore>> expert_stores_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ExpertOffload> offload_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ShmAttentionOffload> attention_offload_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<StepExecutor> executor_ ABSL_GUARDED_BY(mu_);

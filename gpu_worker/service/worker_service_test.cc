@@ -21,6 +21,7 @@
 #include "cpu_worker/service/expert_server.h"
 #include "gpu_worker/service/testing/fake_registry.h"
 #include "grpcpp/create_channel.h"
+#include "common/shm/expert_weight_store.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -266,8 +267,14 @@ void ServeExperts(const std::string& model, const std::string& prefix,
   if (!ckpt.ok()) return void(*result = ckpt.status());
   auto placement = ParseCpuExperts("all", (*ckpt)->config());
   if (!placement.ok()) return void(*result = placement.status());
-  auto server = ExpertServer::Create(**ckpt, *placement, ops::ComputeType::kF32);
+  // As `tandem cpu-worker` does: the experts in a weight store the
+  // gpu_worker maps and checks, then the rings.
+  auto store = shm::BuildExpertWeightStore(**ckpt, *placement, shm::ExpertWeightStoreName(prefix));
+  if (!store.ok()) return void(*result = store.status());
+  auto server = ExpertServer::CreateFromStore(**store, (*ckpt)->config(), *placement,
+                                              ops::ComputeType::kF32);
   if (!server.ok()) return void(*result = server.status());
+  (*server)->SetOnFirstRequest([s = store->get()] { (void)s->Unlink(); });
   absl::StatusOr<std::unique_ptr<shm::SlotRing>> req, rep;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   do {
@@ -298,9 +305,11 @@ TEST_F(WorkerOverGrpc, ExpertsOnACpuWorkerGiveTheGoldenTokens) {
   std::thread cpu([&] { ServeExperts(ModelDir("mixtral_f32"), "/" + name, stop, &served); });
   const grpc::Status s = Load(req);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(CountShm(name), 0);  // names dropped once both sides attached
   const Golden g = LoadGolden("mixtral_f32");
   EXPECT_EQ(Greedy(1, g.prompt, g.continuation.size()), g.continuation);
+  // Ring names go once both sides attached, the weight store's with the
+  // first request.
+  EXPECT_EQ(CountShm(name), 0);
   stop.store(true);
   cpu.join();
   EXPECT_TRUE(served.ok() || absl::IsUnavailable(served)) << served;
