@@ -2,6 +2,7 @@
 
 #include <cpuid.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +39,7 @@ CpuFeatures Probe() {
   const bool osxsave = Bit(l1.ecx, 27);
   const bool avx = Bit(l1.ecx, 28);
   f.fma = Bit(l1.ecx, 12);
+  f.f16c = Bit(l1.ecx, 29);
   uint64_t xcr0 = 0;
   if (osxsave) xcr0 = XGetBv0();
   f.os_avx = avx && (xcr0 & 0x6) == 0x6;
@@ -49,13 +51,16 @@ CpuFeatures Probe() {
     f.avx512f = f.os_avx512 && Bit(l7.ebx, 16);
     f.avx512bw = f.avx512f && Bit(l7.ebx, 30);
     f.avx512vl = f.avx512f && Bit(l7.ebx, 31);
+    f.avx512_vnni = f.avx512f && Bit(l7.ecx, 11);
     f.amx_bf16 = f.os_amx && Bit(l7.edx, 22);
     if (l7.eax >= 1) {
       const Regs l71 = CpuId(7, 1);
       f.avx512_bf16 = f.avx512f && Bit(l71.eax, 5);
+      f.avx_vnni = f.os_avx && Bit(l71.eax, 4);
     }
   }
   f.fma = f.fma && f.os_avx;
+  f.f16c = f.f16c && f.os_avx;
   return f;
 }
 
@@ -64,6 +69,37 @@ CpuFeatures Probe() {
 const CpuFeatures& HostCpuFeatures() {
   static const CpuFeatures features = Probe();
   return features;
+}
+
+KernelIsa MaxKernelIsa() {
+  static const KernelIsa isa = [] {
+    const CpuFeatures& f = HostCpuFeatures();
+    KernelIsa best = KernelIsa::kScalar;
+    if (f.avx2 && f.fma && f.f16c) best = KernelIsa::kAvx2;
+    if (best == KernelIsa::kAvx2 && f.avx512f && f.avx512bw && f.avx512vl) {
+      best = f.avx512_vnni ? KernelIsa::kAvx512Vnni : KernelIsa::kAvx512;
+    }
+    const char* v = std::getenv("TANDEM_CPU_ISA");
+    KernelIsa cap = KernelIsa::kAvx512Vnni;
+    if (v != nullptr && std::strcmp(v, "avx2") == 0) cap = KernelIsa::kAvx2;
+    if (v != nullptr && std::strcmp(v, "scalar") == 0) cap = KernelIsa::kScalar;
+    return std::min(best, cap);
+  }();
+  return isa;
+}
+
+const char* KernelIsaName(KernelIsa isa) {
+  switch (isa) {
+    case KernelIsa::kScalar:
+      return "scalar";
+    case KernelIsa::kAvx2:
+      return "avx2";
+    case KernelIsa::kAvx512:
+      return "avx512";
+    case KernelIsa::kAvx512Vnni:
+      return "avx512_vnni";
+  }
+  return "?";
 }
 
 bool CpuIsaForcedF32() {
@@ -80,14 +116,20 @@ std::string CpuFeaturesString(const CpuFeatures& f) {
   };
   add(f.avx2, "avx2");
   add(f.fma, "fma");
+  add(f.f16c, "f16c");
+  add(f.avx_vnni, "avx_vnni");
   add(f.avx512f, "avx512f");
   add(f.avx512bw, "avx512bw");
   add(f.avx512vl, "avx512vl");
+  add(f.avx512_vnni, "avx512_vnni");
   add(f.avx512_bf16, "avx512_bf16");
   add(f.amx_bf16, "amx_bf16");
   return s;
 }
 
-bool CpuHasBf16() { return HostCpuFeatures().avx512_bf16 && !CpuIsaForcedF32(); }
+bool CpuHasBf16() {
+  return HostCpuFeatures().avx512_bf16 && MaxKernelIsa() >= KernelIsa::kAvx512 &&
+         !CpuIsaForcedF32();
+}
 
 }  // namespace tandem::ops

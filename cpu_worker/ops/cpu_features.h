@@ -10,9 +10,12 @@ namespace tandem::ops {
 struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
+  bool f16c = false;
+  bool avx_vnni = false;  // cpuid leaf 7 subleaf 1, EAX bit 4 (256-bit VNNI)
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;
+  bool avx512_vnni = false;  // cpuid leaf 7, ECX bit 11
   bool avx512_bf16 = false;  // cpuid leaf 7 subleaf 1, EAX bit 5
   bool amx_bf16 = false;
   bool os_avx = false;     // the OS saves YMM state (XCR0 bits 1, 2)
@@ -23,8 +26,25 @@ struct CpuFeatures {
 // The host's features, probed once. Not affected by TANDEM_CPU_ISA.
 const CpuFeatures& HostCpuFeatures();
 
+// Instruction-set levels of the hand-written kernels, in increasing order.
+enum class KernelIsa {
+  kScalar,      // plain C++ (compiler-vectorised for the baseline target)
+  kAvx2,        // AVX2 + FMA + F16C
+  kAvx512,      // AVX-512 F/BW/VL
+  kAvx512Vnni,  // kAvx512 + AVX512-VNNI
+};
+
+// The best level the host supports, capped by TANDEM_CPU_ISA=avx2 or
+// TANDEM_CPU_ISA=scalar (so tests and users can force the fallbacks).
+// Probed and read once, at the first call.
+KernelIsa MaxKernelIsa();
+
+// "scalar", "avx2", "avx512", "avx512_vnni".
+const char* KernelIsaName(KernelIsa isa);
+
 // True if the environment forces f32 GEMMs (TANDEM_CPU_ISA=f32). Read on
-// every call so tests may set it in-process.
+// every call so tests may set it in-process. (TANDEM_CPU_ISA=avx2 and
+// =scalar also rule out bf16 GEMMs, through MaxKernelIsa.)
 bool CpuIsaForcedF32();
 
 // "avx2 fma avx512f ..." for logs.

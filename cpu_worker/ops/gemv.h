@@ -20,7 +20,10 @@ inline constexpr int64_t kSmallBatchMaxRowsBf16 = 4;
 // `w` is [n, k] f32, or bf16 (raw uint16_t) if `w_bf16`; x, y, bias f32.
 // bf16 weights are widened exactly, so x · w is computed in f32 either way.
 // Any m works (it is just slow for large m). Threads over n with OpenMP.
-// `allow_avx512 = false` forces the portable kernel (for tests).
+// The AVX-512 kernels run where MaxKernelIsa() allows (TANDEM_CPU_ISA=avx2
+// or scalar rules them out); `allow_avx512 = false` forces the portable
+// kernel (for tests). For bf16 they use a thread-local copy of x split into
+// even and odd elements (about m * k floats, grown once).
 void SmallBatchLinear(const float* x, int64_t m, const void* w, bool w_bf16, int64_t n, int64_t k,
                       const float* bias, float* y, bool allow_avx512 = true);
 

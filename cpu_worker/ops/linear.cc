@@ -12,8 +12,10 @@
 #include "common/dtype.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
+#include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/onednn_matmul.h"
+#include "cpu_worker/ops/quant_gemv.h"
 
 namespace tandem::ops {
 namespace {
@@ -90,16 +92,28 @@ absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeTy
   LinearWeight lw;
   lw.n_ = n;
   lw.k_ = k;
+  lw.nbytes_ = bytes;
   if (w.dtype == DType::kF32) {
     lw.type_ = ComputeType::kF32;
+    lw.storage_ = WeightStorage::kF32;
     lw.data_ = w.data;
-  } else if (w.dtype == DType::kBF16 && prefer == ComputeType::kBF16 && CpuHasBf16()) {
+  } else if (w.dtype == DType::kBF16 && prefer != ComputeType::kF32 && CpuHasBf16()) {
     lw.type_ = ComputeType::kBF16;
+    lw.storage_ = WeightStorage::kBF16;
+    lw.data_ = w.data;
+  } else if (DTypeIsQuantized(w.dtype) && prefer == ComputeType::kQuantized) {
+    // Computed on the blocks in place (the int8 kernels run on any CPU).
+    lw.type_ = ComputeType::kF32;
+    lw.storage_ = w.dtype == DType::kQ8_0   ? WeightStorage::kQ8_0
+                  : w.dtype == DType::kQ4_0 ? WeightStorage::kQ4_0
+                                            : WeightStorage::kQ4_1;
     lw.data_ = w.data;
   } else {
     // f16 (oneDNN 2.6 has no f16 GEMM), bf16 without bf16 compute, and the
-    // GGUF block types: dequantized to f32 once.
+    // GGUF block types when f32 compute is asked for: dequantized to f32 once.
     lw.type_ = ComputeType::kF32;
+    lw.storage_ = WeightStorage::kF32;
+    lw.nbytes_ = n * k * 4;
     lw.owned_ = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(n * k) * 4);
     ConvertRowsToF32(w.dtype, w.data, n, k, reinterpret_cast<float*>(lw.owned_->data()));
     lw.data_ = lw.owned_->data();
@@ -111,6 +125,17 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
   TANDEM_CHECK(w.data() != nullptr);
   TANDEM_CHECK(m >= 0);
   if (m == 0) return;
+  if (w.quantized()) {
+    const DType t = w.storage() == WeightStorage::kQ8_0   ? DType::kQ8_0
+                    : w.storage() == WeightStorage::kQ4_0 ? DType::kQ4_0
+                                                          : DType::kQ4_1;
+    if (internal::QuantLinearUsesGemv(m)) {
+      internal::QuantLinear(x, m, w.data(), t, w.rows(), w.cols(), bias, y, MaxKernelIsa());
+    } else {
+      internal::QuantLinearViaGemm(x, m, w.data(), t, w.rows(), w.cols(), bias, y);
+    }
+    return;
+  }
   const bool bf16 = w.compute_type() == ComputeType::kBF16;
   if (m <= (bf16 ? internal::kSmallBatchMaxRowsBf16 : internal::kSmallBatchMaxRowsF32)) {
     // Decode-sized batches: stream the in-place weight once (oneDNN would

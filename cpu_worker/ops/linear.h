@@ -1,9 +1,12 @@
 // Linear layers on the CPU: y[M, N] = x[M, K] · W[N, K]^T (+ bias[N]).
 // Weights are held in the GEMM's compute dtype: bf16 where the CPU has
-// AVX512-BF16 and the checkpoint is bf16, f32 otherwise (f32/f16 checkpoints
-// and dequantized GGUF blocks), so f32 checkpoints compute exactly in f32.
-// GEMMs run through oneDNN; Reference* functions are the plain loops every
-// fast path is tested against.
+// AVX512-BF16 and the checkpoint is bf16, f32 otherwise (f32/f16 checkpoints),
+// so f32 checkpoints compute exactly in f32. GGUF block-quantized weights
+// (Q8_0, Q4_0, Q4_1) stay quantized where they lie unless f32 compute is
+// asked for (then they are dequantized once, and compute exactly as their
+// dequantized values); the quantized kernels round the activations to int8
+// per block of 32 (quant_gemv.h). GEMMs run through oneDNN; Reference*
+// functions are the plain loops every fast path is tested against.
 // Decode-sized batches (up to 8 rows for f32 weights, 4 for bf16) take a
 // kernel that streams the in-place weight once, since oneDNN 2.6 repacks an
 // in-place [N, K] weight on every call; it multiplies f32 activations by the
@@ -21,7 +24,27 @@
 
 namespace tandem::ops {
 
-enum class ComputeType { kF32, kBF16 };
+// The caller's wish for how weights compute:
+//   kF32        everything in f32 (quantized blocks dequantized once at load);
+//   kBF16       bf16 weights in bf16 where the CPU has AVX512-BF16, the rest
+//               as kF32 (the default: a row's result does not depend on how
+//               many rows share the call beyond f32 rounding, so batched and
+//               single requests agree);
+//   kQuantized  as kBF16, and GGUF Q8_0/Q4_0/Q4_1 blocks computed in place
+//               (int8 activations per 32-block on VNNI/AVX2 for up to a few
+//               rows, dequantized bf16 panels through the GEMM above): a
+//               quarter of the bytes, but rows round differently on the two
+//               paths, so a request's tokens can depend on its batch.
+enum class ComputeType { kF32, kBF16, kQuantized };
+
+// How a LinearWeight holds its [N, K] matrix.
+enum class WeightStorage {
+  kF32,
+  kBF16,
+  kQ8_0,  // GGUF blocks (common/quant.h), rows of K / 32 blocks, in place
+  kQ4_0,
+  kQ4_1,
+};
 
 // True if the CPU can run bf16 GEMMs (AVX512-BF16, probed at run time).
 bool CpuHasBf16();
@@ -31,23 +54,38 @@ class LinearWeight {
   // Builds from a checkpoint view of shape [N, K] (any stored dtype).
   // Uses the data in place where its dtype is the compute dtype; otherwise
   // converts once into an owned buffer. `prefer` is the caller's wish; bf16
-  // is only used when the CPU supports it.
+  // is only used when the CPU supports it. Q8_0/Q4_0/Q4_1 views are used in
+  // place (storage() says which) unless `prefer` is kF32, which dequantizes
+  // them to f32: exact f32 compute is what kF32 asks for.
   static absl::StatusOr<LinearWeight> Create(const TensorView& w, ComputeType prefer);
 
   int64_t rows() const { return n_; }  // N, output features
   int64_t cols() const { return k_; }  // K, input features
+  // kBF16 for bf16 storage, else kF32 (quantized weights accumulate in f32).
   ComputeType compute_type() const { return type_; }
-  const void* data() const { return data_; }  // [N, K] in compute dtype
+  WeightStorage storage() const { return storage_; }
+  bool quantized() const {
+    return storage_ != WeightStorage::kF32 && storage_ != WeightStorage::kBF16;
+  }
+  // [N, K] in storage(): f32 or bf16 elements, or GGUF blocks. Only
+  // unquantized weights may be read as elements.
+  const void* data() const { return data_; }
+  // Bytes of the matrix data() points at (what a pass over the weight reads).
+  int64_t nbytes() const { return nbytes_; }
 
  private:
   int64_t n_ = 0, k_ = 0;
   ComputeType type_ = ComputeType::kF32;
+  WeightStorage storage_ = WeightStorage::kF32;
+  int64_t nbytes_ = 0;
   const void* data_ = nullptr;
   std::shared_ptr<std::vector<uint8_t>> owned_;
 };
 
 // y[M, N] = x[M, K] · W^T + bias. `bias` may be null. Thread-safe; caches
-// oneDNN primitives per shape.
+// oneDNN primitives per shape. Quantized weights: decode-sized
+// batches take the int8 kernels, larger ones dequantize panels of the
+// weight for oneDNN's GEMM (quant_gemv.h says where the switch lies).
 void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y);
 
 // Plain triple loop on an f32 weight [N, K], accumulating in double.

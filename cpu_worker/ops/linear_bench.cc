@@ -1,68 +1,209 @@
-// Linear (oneDNN GEMM) throughput at decode and prefill batch sizes.
+// Linear throughput at decode and prefill batch sizes, for f32, bf16 and the
+// GGUF block types, and the machine's read bandwidth to compare with.
 //   ninja -C build tandem_ops_bench && build/cpu_worker/ops/tandem_ops_bench
+// Decode (small m) streams the weight: its figure is weight bytes per second
+// ("W_GB/s"). The "cold" variants cycle through enough copies of the weight
+// (kColdBytes) that every pass reads it from DRAM, not from the L3 cache,
+// which on servers holds a 4096 x 4096 matrix; compare them with
+// BM_ReadBandwidth. OMP_NUM_THREADS sets the thread count.
+// See gemv.cc: GCC 12's AVX-512 headers trip -Wuninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "benchmark/benchmark.h"
 #include "common/dtype.h"
+#include "common/quant.h"
+#include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/linear.h"
+#include "cpu_worker/ops/quant_gemv.h"
 
 namespace tandem::ops {
 namespace {
 
-constexpr int64_t kN = 2048, kK = 2048;
+constexpr int64_t kN = 4096, kK = 4096;
+// Well above the L3 of current servers (up to a few hundred MiB).
+constexpr int64_t kColdBytes = int64_t{1} << 30;
 
-void BM_Linear(benchmark::State& state, ComputeType type) {
-  if (type == ComputeType::kBF16 && !CpuHasBf16()) {
+// `copies` copies of one random [kN, kK] weight stored as `t`.
+std::vector<std::vector<uint8_t>> MakeWeights(DType t, int copies) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> wf(static_cast<size_t>(kN * kK));
+  for (auto& v : wf) v = dist(rng);
+  std::vector<std::vector<uint8_t>> w(static_cast<size_t>(copies));
+  w[0].resize(static_cast<size_t>(DTypeBytes(t, kN * kK).value()));
+  QuantizeFromF32(t, wf.data(), kN * kK, w[0].data());  // also f32 and bf16
+  for (int c = 1; c < copies; ++c) w[static_cast<size_t>(c)] = w[0];
+  return w;
+}
+
+TensorView View(DType t, const std::vector<uint8_t>& data) {
+  TensorView v;
+  v.name = "bench";
+  v.dtype = t;
+  v.shape = {kN, kK};
+  v.data = data.data();
+  v.nbytes = static_cast<int64_t>(data.size());
+  return v;
+}
+
+// Linear as the engine calls it. Args: m, cold (0/1).
+void BM_Linear(benchmark::State& state, DType t) {
+  const ComputeType prefer = t == DType::kF32    ? ComputeType::kF32
+                             : t == DType::kBF16 ? ComputeType::kBF16
+                                                 : ComputeType::kQuantized;
+  if (t == DType::kBF16 && !CpuHasBf16()) {
     state.SkipWithError("no AVX512-BF16 (or TANDEM_CPU_ISA=f32)");
     return;
   }
   const int64_t m = state.range(0);
-  std::mt19937 rng(1);
+  const bool cold = state.range(1) != 0;
+  const int64_t bytes = DTypeBytes(t, kN * kK).value();
+  const int copies = cold ? static_cast<int>((kColdBytes + bytes - 1) / bytes) : 1;
+  const auto storage = MakeWeights(t, copies);
+  std::vector<LinearWeight> w;
+  for (const auto& s : storage) {
+    auto lw = LinearWeight::Create(View(t, s), prefer);
+    if (!lw.ok()) {
+      state.SkipWithError("LinearWeight::Create failed");
+      return;
+    }
+    w.push_back(*lw);
+  }
+  std::mt19937 rng(2);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(m * kK)), y(static_cast<size_t>(m * kN));
   for (auto& v : x) v = dist(rng);
-  std::vector<float> wf(static_cast<size_t>(kN * kK));
-  std::vector<uint16_t> wb(wf.size());
-  for (size_t i = 0; i < wf.size(); ++i) {
-    wf[i] = dist(rng);
-    wb[i] = F32ToBf16(wf[i]);
-  }
-  TensorView view;
-  view.name = "bench";
-  view.shape = {kN, kK};
-  if (type == ComputeType::kBF16) {
-    view.dtype = DType::kBF16;
-    view.data = wb.data();
-    view.nbytes = kN * kK * 2;
-  } else {
-    view.dtype = DType::kF32;
-    view.data = wf.data();
-    view.nbytes = kN * kK * 4;
-  }
-  auto w = LinearWeight::Create(view, type);
-  if (!w.ok()) {
-    state.SkipWithError("LinearWeight::Create failed");
-    return;
-  }
+  size_t next = 0;
   for (auto _ : state) {
-    Linear(x.data(), m, *w, nullptr, y.data());
+    Linear(x.data(), m, w[next], nullptr, y.data());
+    next = next + 1 == w.size() ? 0 : next + 1;
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
   const double flops = 2.0 * static_cast<double>(m) * kN * kK;
-  const double bytes = static_cast<double>(view.nbytes) + 4.0 * m * (kK + kN);
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GB/s"] =
-      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["W_GB/s"] = benchmark::Counter(static_cast<double>(w[0].nbytes()) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(w[0].quantized() ? KernelIsaName(MaxKernelIsa())
+                                  : (w[0].compute_type() == ComputeType::kBF16 ? "bf16" : "f32"));
 }
 
-// M = 1 and 16: decode batches (1 takes SmallBatchLinear, 16 oneDNN);
-// 512: a prefill chunk.
-BENCHMARK_CAPTURE(BM_Linear, f32, ComputeType::kF32)->Arg(1)->Arg(16)->Arg(512)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Linear, bf16, ComputeType::kBF16)->Arg(1)->Arg(16)->Arg(512)->UseRealTime();
+// m = 1: a decode step of one sequence; 4, 8, 16: decode batches.
+#define TANDEM_DECODE_ARGS \
+  ArgsProduct({{1, 4, 8, 16}, {0, 1}})->ArgNames({"m", "cold"})->UseRealTime()->MinTime(0.5)
+BENCHMARK_CAPTURE(BM_Linear, f32, DType::kF32)->TANDEM_DECODE_ARGS;
+BENCHMARK_CAPTURE(BM_Linear, bf16, DType::kBF16)->TANDEM_DECODE_ARGS;
+BENCHMARK_CAPTURE(BM_Linear, q8_0, DType::kQ8_0)->TANDEM_DECODE_ARGS;
+BENCHMARK_CAPTURE(BM_Linear, q4_0, DType::kQ4_0)->TANDEM_DECODE_ARGS;
+BENCHMARK_CAPTURE(BM_Linear, q4_1, DType::kQ4_1)->TANDEM_DECODE_ARGS;
+// Prefill chunks (f32: what a GGUF weight computed as before it was kept
+// quantized: dequantized to f32 at load).
+#define TANDEM_PREFILL_ARGS \
+  ArgsProduct({{64, 512}, {0}})->ArgNames({"m", "cold"})->UseRealTime()->MinTime(0.5)
+BENCHMARK_CAPTURE(BM_Linear, f32, DType::kF32)->TANDEM_PREFILL_ARGS;
+BENCHMARK_CAPTURE(BM_Linear, bf16, DType::kBF16)->TANDEM_PREFILL_ARGS;
+BENCHMARK_CAPTURE(BM_Linear, q8_0, DType::kQ8_0)->TANDEM_PREFILL_ARGS;
+BENCHMARK_CAPTURE(BM_Linear, q4_0, DType::kQ4_0)->TANDEM_PREFILL_ARGS;
+
+// The two ways to run a quantized weight at larger m, side by side: the
+// int8 kernel tiled over the rows of x (arg path 0) and dequantized panels
+// through oneDNN's GEMM (path 1). Warm weights.
+void BM_QuantPath(benchmark::State& state, DType t) {
+  const int64_t m = state.range(0);
+  const bool gemm = state.range(1) != 0;
+  const auto w = MakeWeights(t, 1);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * kK)), y(static_cast<size_t>(m * kN));
+  for (auto& v : x) v = dist(rng);
+  for (auto _ : state) {
+    if (gemm) {
+      internal::QuantLinearViaGemm(x.data(), m, w[0].data(), t, kN, kK, nullptr, y.data());
+    } else {
+      internal::QuantLinear(x.data(), m, w[0].data(), t, kN, kK, nullptr, y.data(), MaxKernelIsa());
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m) * kN * kK * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(BM_QuantPath, q8_0, DType::kQ8_0)
+    ->ArgsProduct({{4, 8, 16, 32, 64, 512}, {0, 1}})
+    ->ArgNames({"m", "gemm"})
+    ->UseRealTime()
+    ->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_QuantPath, q4_0, DType::kQ4_0)
+    ->ArgsProduct({{8, 16, 32, 64}, {0, 1}})
+    ->ArgNames({"m", "gemm"})
+    ->UseRealTime()
+    ->MinTime(0.5);
+
+// Read bandwidth: all threads sum disjoint slices of a kColdBytes buffer,
+// each its slice as 1 or 8 sequential streams side by side (the GEMV
+// kernels stream 4-8 weight rows at once).
+template <int kStreams>
+__attribute__((target("avx512f"))) uint64_t SumSliceAvx512(const uint64_t* p, int64_t n) {
+  const int64_t len = n / kStreams / 8 * 8;  // words per stream, whole vectors
+  __m512i acc[kStreams];
+  for (auto& a : acc) a = _mm512_setzero_si512();
+  for (int64_t i = 0; i < len; i += 8) {
+#pragma GCC unroll 8
+    for (int s = 0; s < kStreams; ++s) {
+      acc[s] = _mm512_add_epi64(acc[s], _mm512_loadu_si512(p + s * len + i));
+    }
+  }
+  uint64_t sum = 0;
+  for (const auto& a : acc) sum += static_cast<uint64_t>(_mm512_reduce_add_epi64(a));
+  return sum;
+}
+
+uint64_t SumSlice(const uint64_t* p, int64_t n, int streams) {
+  if (HostCpuFeatures().avx512f) {
+    return streams == 1 ? SumSliceAvx512<1>(p, n) : SumSliceAvx512<8>(p, n);
+  }
+  uint64_t acc[8] = {};
+  for (int64_t i = 0; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += p[i + j];
+  }
+  uint64_t sum = 0;
+  for (uint64_t a : acc) sum += a;
+  return sum;
+}
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  const int streams = static_cast<int>(state.range(0));
+  const int64_t words = kColdBytes / 8;
+  std::vector<uint64_t> buf(static_cast<size_t>(words));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < words; ++i) buf[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
+  for (auto _ : state) {
+    uint64_t total = 0;
+#pragma omp parallel reduction(+ : total)
+    {
+      const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+      const int64_t chunk = (words + nt - 1) / nt;
+      const int64_t begin = std::min(words, id * chunk);
+      total += SumSlice(buf.data() + begin, std::min(words, begin + chunk) - begin, streams);
+    }
+    benchmark::DoNotOptimize(total);
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(kColdBytes) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_ReadBandwidth)->ArgName("streams")->Arg(1)->Arg(8)->UseRealTime()->MinTime(1.0);
 
 }  // namespace
 }  // namespace tandem::ops

@@ -90,6 +90,8 @@ TEST(LinearTest, F32MatchesReference) {
       ASSERT_TRUE(lw.ok()) << lw.status();
       EXPECT_EQ(lw->compute_type(), ComputeType::kF32);
       EXPECT_EQ(lw->data(), w.data()) << "f32 weights are used in place";
+      EXPECT_EQ(lw->storage(), WeightStorage::kF32);
+      EXPECT_EQ(lw->nbytes(), s.n * s.k * 4);
       EXPECT_EQ(lw->rows(), s.n);
       EXPECT_EQ(lw->cols(), s.k);
       std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
@@ -131,6 +133,8 @@ TEST(LinearTest, Bf16MatchesReference) {
       ASSERT_TRUE(lw.ok()) << lw.status();
       ASSERT_EQ(lw->compute_type(), ComputeType::kBF16);
       EXPECT_EQ(lw->data(), wb.data()) << "bf16 weights are used in place";
+      EXPECT_EQ(lw->storage(), WeightStorage::kBF16);
+      EXPECT_EQ(lw->nbytes(), s.n * s.k * 2);
       std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
       const float* bias = with_bias ? b.data() : nullptr;
       Linear(x.data(), s.m, *lw, bias, y.data());
@@ -176,6 +180,8 @@ TEST(LinearTest, Bf16CheckpointConvertedWhenF32Preferred) {
 
 // Every stored dtype that is not the compute dtype is converted once at
 // load; the GEMM then matches the reference on the converted f32 weights.
+// (GGUF block types are converted when f32 compute is asked for; otherwise
+// they stay quantized: quant_linear_test.cc.)
 class LinearConvertedTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(LinearConvertedTest, MatchesReferenceOnDequantizedWeights) {
@@ -194,11 +200,21 @@ TEST_P(LinearConvertedTest, MatchesReferenceOnDequantizedWeights) {
     }
     std::vector<float> deq(wf.size());
     ConvertToF32(t, stored.data(), s.n * s.k, deq.data());
-    for (ComputeType prefer : {ComputeType::kF32, ComputeType::kBF16}) {
+    // kBF16 (the default) dequantizes GGUF blocks like kF32; only kQuantized
+    // keeps them (tested in quant_linear_test).
+    for (ComputeType prefer :
+         {ComputeType::kF32, ComputeType::kBF16, ComputeType::kQuantized}) {
       auto lw = LinearWeight::Create(
           View(t, {s.n, s.k}, stored.data(), static_cast<int64_t>(stored.size())), prefer);
       ASSERT_TRUE(lw.ok()) << lw.status();
+      if (DTypeIsQuantized(t) && prefer == ComputeType::kQuantized) {
+        EXPECT_TRUE(lw->quantized());
+        EXPECT_EQ(lw->data(), static_cast<const void*>(stored.data()));
+        continue;
+      }
       ASSERT_EQ(lw->compute_type(), ComputeType::kF32);
+      ASSERT_EQ(lw->storage(), WeightStorage::kF32);
+      EXPECT_EQ(lw->nbytes(), s.n * s.k * 4);
       const auto* conv = static_cast<const float*>(lw->data());
       for (size_t i = 0; i < deq.size(); ++i) ASSERT_EQ(conv[i], deq[i]) << i;
       auto x = RandomVec(rng, s.m * s.k);
@@ -354,7 +370,8 @@ TEST(CpuFeaturesTest, Bf16FollowsHardwareAndEnvironment) {
   }
   const char* env = std::getenv("TANDEM_CPU_ISA");
   const std::string saved = env != nullptr ? env : "";
-  EXPECT_EQ(CpuHasBf16(), f.avx512_bf16 && saved != "f32");
+  const bool wide = MaxKernelIsa() >= KernelIsa::kAvx512;  // not capped by TANDEM_CPU_ISA
+  EXPECT_EQ(CpuHasBf16(), f.avx512_bf16 && wide && saved != "f32");
   setenv("TANDEM_CPU_ISA", "f32", 1);
   EXPECT_FALSE(CpuHasBf16());
   std::vector<uint16_t> wb(4 * 8, 0);
@@ -366,7 +383,7 @@ TEST(CpuFeaturesTest, Bf16FollowsHardwareAndEnvironment) {
   } else {
     unsetenv("TANDEM_CPU_ISA");
   }
-  EXPECT_EQ(CpuHasBf16(), f.avx512_bf16 && saved != "f32");
+  EXPECT_EQ(CpuHasBf16(), f.avx512_bf16 && wide && saved != "f32");
 }
 
 }  // namespace

@@ -1,0 +1,83 @@
+// Shared between quant_gemv.cc (activation quantization, threading) and the
+// per-ISA kernel files: the layouts of the quantized activations and the
+// kernels' entry points. Internal to ops.
+#ifndef TANDEM_CPU_WORKER_OPS_QUANT_GEMV_KERNELS_H_
+#define TANDEM_CPU_WORKER_OPS_QUANT_GEMV_KERNELS_H_
+
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace tandem::ops::internal::quant {
+
+inline constexpr int kBlock = 32;
+
+// Per row of x and per pair of blocks (2p, 2p + 1), for the AVX-512 kernel.
+// `q` holds the two blocks in the byte order in which the kernel unpacks the
+// weights: Q8_0 [b0 0..31 | b1 0..31]; Q4_0/Q4_1 [b0 0..15 | b1 0..15 |
+// b0 16..31 | b1 16..31] (low nibbles, then high nibbles). Dword lane L
+// covers q[4L .. 4L+3]; `xs` and `c` are per lane. A missing second block
+// (odd block count) is all zero.
+struct alignas(64) Act512 {
+  int8_t q[64];
+  float xs[16];  // d_x of the lane's block
+  union {
+    int32_t i[16];  // Q8_0: -128 * lane sum of q; Q4_0: -8 * lane sum of q
+    float f[16];    // Q4_1: d_x * lane sum of q
+  } c;
+};
+static_assert(sizeof(Act512) == 192);
+
+// Per row of x and per block, for the AVX2 kernel: q in element order, dword
+// lane L covers elements 4L .. 4L+3.
+struct alignas(16) Act256 {
+  int8_t q[32];
+  union {
+    int32_t i[8];  // Q4_0: -8 * lane sum of q; Q8_0: unused (zero)
+    float f[8];    // Q4_1: d_x * lane sum of q
+  } c;
+  float xs;  // d_x
+  float pad[3];
+};
+static_assert(sizeof(Act256) == 80);
+
+// Per row of x and per block, for the portable kernel.
+struct ActScalar {
+  int8_t q[32];
+  float xs;     // d_x
+  int32_t sum;  // sum of q
+};
+static_assert(sizeof(ActScalar) == 40);
+
+// One call's operands. `acts` points at m rows of `groups` Act* each
+// (`groups` is blocks, or pairs of blocks for Act512), rows `act_stride`
+// groups apart.
+struct Task {
+  const uint8_t* w;  // [n] rows of row_bytes
+  int64_t row_bytes;
+  DType t;
+  int64_t m, n, k;
+  const void* acts;
+  int64_t groups;
+  int64_t act_stride;
+  bool odd_blocks;  // k / 32 is odd (Act512: the last pair has one block)
+  const float* bias;
+  float* y;  // [m, n]
+};
+
+// Output columns (weight rows) [n0, n1) for all m rows.
+void RowsAvx512Vnni(const Task& t, int64_t n0, int64_t n1);
+void RowsAvx2(const Task& t, int64_t n0, int64_t n1);
+void RowsScalar(const Task& t, int64_t n0, int64_t n1);
+
+// Dequantizes `rows` rows (row_bytes apart, k elements each) to bf16
+// (AVX512-BF16: d * q is exact in f32, then rounded to nearest even) or
+// to f32 (AVX2), dst rows k elements apart.
+void DequantRowsBf16Avx512(DType t, const uint8_t* src, int64_t row_bytes, int64_t rows, int64_t k,
+                           uint16_t* dst);
+void DequantRowsF32Avx2(DType t, const uint8_t* src, int64_t row_bytes, int64_t rows, int64_t k,
+                        float* dst);
+
+}  // namespace tandem::ops::internal::quant
+
+#endif  // TANDEM_CPU_WORKER_OPS_QUANT_GEMV_KERNELS_H_
