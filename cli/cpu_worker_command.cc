@@ -91,7 +91,9 @@ absl::Status Run(const CpuWorkerOptions& o) {
                             ParseCpuExperts(o.cpu_experts, ckpt->config()));
     TANDEM_ASSIGN_OR_RETURN(placement, ApplyShard(o.shard, std::move(placement)));
     const ops::ComputeType ct =
-        o.dtype == "f32" ? ops::ComputeType::kF32 : ops::ComputeType::kBF16;
+        o.dtype == "f32"         ? ops::ComputeType::kF32
+        : o.dtype == "quantized" ? ops::ComputeType::kQuantized
+                                 : ops::ComputeType::kBF16;
     // The experts live in a host weight store the gpu_worker maps too. A
     // store left by a predecessor that was killed is removed first.
     const std::string store_name = shm::ExpertWeightStoreName(o.expert_rings);
@@ -173,7 +175,7 @@ CLI::App* AddCpuWorkerCommand(CLI::App& app, CpuWorkerOptions& o) {
   cmd->add_option("--cpu-kv-tokens", o.cpu_kv_tokens, "Most CPU KV tokens a gpu_worker may allocate here; 0 = what it asks for")->capture_default_str();
   cmd->add_option("--shard", o.shard, "I/K: compute only the experts e with e % K == I (one of K cpu_workers)");
   cmd->add_option("--coordinator", o.coordinator, "HOST:PORT of the coordinator's registry to register with (optional)");
-  cmd->add_option("--dtype", o.dtype, "GEMM dtype: auto, bf16 or f32")->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "GEMM dtype: auto, bf16, f32 or quantized")->capture_default_str();
   cmd->add_option("--attach-timeout", o.attach_timeout_s, "Seconds to wait for the gpu_worker's rings")->capture_default_str();
   return cmd;
 }

@@ -160,8 +160,10 @@ absl::Status Run(const GenerateOptions& o) {
   eo.max_context = o.max_context;
   if (o.dtype == "f32") {
     eo.compute = ops::ComputeType::kF32;
+  } else if (o.dtype == "quantized") {
+    eo.compute = ops::ComputeType::kQuantized;
   } else if (o.dtype != "auto" && o.dtype != "bf16") {
-    return absl::InvalidArgumentError("--dtype must be auto, bf16 or f32");
+    return absl::InvalidArgumentError("--dtype must be auto, bf16, f32 or quantized");
   }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
 
@@ -242,7 +244,7 @@ CLI::App* AddGenerateCommand(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--top-k", o.top_k, "Keep the k most likely tokens; 0 = all")->capture_default_str();
   cmd->add_option("--top-p", o.top_p, "Nucleus sampling mass")->capture_default_str();
   cmd->add_option("--seed,-s", o.seed, "Sampling seed")->capture_default_str();
-  cmd->add_option("--dtype", o.dtype, "GEMM dtype: auto (bf16 for bf16 weights where the CPU has it), bf16, f32")->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "GEMM dtype: auto (bf16 for bf16 weights where the CPU has it), bf16, f32, quantized (GGUF blocks computed in place)")->capture_default_str();
   cmd->add_option("--max-context", o.max_context, "Context length; 0 = the model's (at most 8192)");
   cmd->add_option("--cpu-experts", o.cpu_experts, "Routed experts computed by a cpu_worker process: none, all or N-per-layer")->capture_default_str();
   cmd->add_option("--cpu-attention", AttentionFlags().where, "Where the sequence's attention and KV live (Neo): none (here, as usual), local (an in-process CPU KV cache) or worker (a cpu_worker process)")->capture_default_str();

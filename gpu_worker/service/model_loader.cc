@@ -16,9 +16,7 @@ constexpr int64_t kDefaultBlockSize = 16;
 constexpr int64_t kDefaultSequences = 4;
 constexpr int64_t kDefaultAttachMs = 60000;
 
-int64_t LinearBytes(const ops::LinearWeight& w) {
-  return w.rows() * w.cols() * (w.compute_type() == ops::ComputeType::kF32 ? 4 : 2);
-}
+int64_t LinearBytes(const ops::LinearWeight& w) { return w.nbytes(); }  // quantized blocks too
 int64_t MlpBytes(const MlpWeights& m) {
   return LinearBytes(m.gate) + LinearBytes(m.up) + LinearBytes(m.down);
 }
