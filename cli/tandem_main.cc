@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
+#include "cli/bench_command.h"
 #include "cli/coordinator_command.h"
 #include "cli/cpu_worker_command.h"
 #include "cli/generate_command.h"
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
   CLI::App* serve_cmd = tandem::cli::AddServeCommand(app, serve);
   tandem::cli::CoordinatorOptions coord;
   CLI::App* coord_cmd = tandem::cli::AddCoordinatorCommand(app, coord);
+  tandem::cli::BenchCommandOptions bench;
+  CLI::App* bench_cmd = tandem::cli::AddBenchCommand(app, bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -32,6 +35,7 @@ int main(int argc, char** argv) {
   if (serve_cmd->parsed()) return tandem::cli::RunServe(serve);
   if (coord_cmd->parsed()) return tandem::cli::RunCoordinator(coord);
   if (generate->parsed()) return tandem::cli::RunGenerate(gen);
+  if (bench_cmd->parsed()) return tandem::cli::RunBench(bench);
   if (cpu_worker->parsed()) return tandem::cli::RunCpuWorker(cpu);
   if (gpu_worker->parsed()) return tandem::cli::RunGpuWorker(gpu);
   return 1;

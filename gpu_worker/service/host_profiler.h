@@ -3,7 +3,8 @@
 // same memcpy), a 1024x1024x1024 GEMM in f32 and with bf16 weights (bf16
 // weights run in f32 on CPUs without AVX512-BF16, and that is what is
 // measured then), and the per-call overhead of a tiny Linear (the host
-// device's "kernel launch").
+// device's "kernel launch"). The measurements themselves live in
+// cpu_worker/perf (shared with `tandem bench`); this keeps the best of each.
 #ifndef TANDEM_GPU_WORKER_SERVICE_HOST_PROFILER_H_
 #define TANDEM_GPU_WORKER_SERVICE_HOST_PROFILER_H_
 

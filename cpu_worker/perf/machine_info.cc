@@ -1,0 +1,67 @@
+#include "cpu_worker/perf/machine_info.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "cpu_worker/ops/cpu_features.h"
+#include "cpu_worker/ops/linear.h"
+
+namespace tandem::perf {
+namespace {
+
+// The extensions that decide which kernels run; the rest of the flag list
+// is noise in a report.
+bool FlagOfInterest(const std::string& f) {
+  return absl::StartsWith(f, "avx512") || absl::StartsWith(f, "amx") || f == "avx_vnni" ||
+         f == "avx2" || f == "fma" || f == "f16c";
+}
+
+// "model name" and "flags" of the first processor in /proc/cpuinfo.
+void ReadCpuinfo(MachineInfo* m) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  bool have_model = false, have_flags = false;
+  while (std::getline(in, line) && !(have_model && have_flags)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string key(absl::StripAsciiWhitespace(line.substr(0, colon)));
+    const std::string value(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+    if (key == "model name" && !have_model) {
+      m->cpu_model = value;
+      have_model = true;
+    } else if (key == "flags" && !have_flags) {
+      for (absl::string_view f : absl::StrSplit(value, ' ', absl::SkipEmpty())) {
+        std::string s(f);
+        if (FlagOfInterest(s)) m->cpuinfo_flags.push_back(s);
+      }
+      have_flags = true;
+    }
+  }
+}
+
+}  // namespace
+
+MachineInfo DescribeMachine() {
+  MachineInfo m;
+  ReadCpuinfo(&m);
+  m.logical_cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  m.omp_threads = omp_get_max_threads();
+  m.memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  m.l3_bytes = l3 > 0 ? l3 : 0;
+  m.probed_features = ops::CpuFeaturesString(ops::HostCpuFeatures());
+  m.kernel_isa = ops::KernelIsaName(ops::MaxKernelIsa());
+  m.bf16_gemm = ops::CpuHasBf16();
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  m.omp_wait_policy = wait != nullptr ? wait : "";
+  return m;
+}
+
+}  // namespace tandem::perf

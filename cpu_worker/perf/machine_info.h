@@ -1,0 +1,32 @@
+// A description of the host for benchmark reports: CPU model, cores,
+// memory, the instruction-set extensions the kernels may use (as the
+// kernels' own probe sees them, and as the kernel's /proc/cpuinfo lists
+// them, which also names AMX-INT8 that the probe does not track) and the
+// OpenMP settings the figures were taken under.
+#ifndef TANDEM_CPU_WORKER_PERF_MACHINE_INFO_H_
+#define TANDEM_CPU_WORKER_PERF_MACHINE_INFO_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem::perf {
+
+struct MachineInfo {
+  std::string cpu_model;                   // /proc/cpuinfo "model name" ("" if unknown)
+  int64_t logical_cpus = 0;                // online CPUs
+  int64_t omp_threads = 0;                 // OpenMP threads the kernels use
+  int64_t memory_bytes = 0;                // physical memory
+  int64_t l3_bytes = 0;                    // last-level cache as the OS reports it (0 if unknown)
+  std::string probed_features;             // ops::CpuFeaturesString of the kernels' own probe
+  std::vector<std::string> cpuinfo_flags;  // avx512*, avx_vnni, amx* from /proc/cpuinfo
+  std::string kernel_isa;                  // level of the hand-written kernels (ops::MaxKernelIsa)
+  bool bf16_gemm = false;                  // ops::CpuHasBf16(): bf16 weights run bf16 GEMMs
+  std::string omp_wait_policy;             // $OMP_WAIT_POLICY ("" if unset)
+};
+
+MachineInfo DescribeMachine();
+
+}  // namespace tandem::perf
+
+#endif  // TANDEM_CPU_WORKER_PERF_MACHINE_INFO_H_

@@ -1,0 +1,144 @@
+// Smoke test of `tandem bench`: the real command on tiny synthetic models
+// with one repeat. Checks that the JSON carries every field, that every
+// roofline fraction is in (0, 1.5] (a figure far past its roofline means a
+// wrong numerator or a peak measured wrong), and that the temporary model
+// is gone afterwards. Seconds, not a benchmark. One thread: on a loaded
+// machine a second thread that is not scheduled for a time slice turns a
+// sub-millisecond bandwidth sweep into a figure ten times too low, and
+// every memory-bound fraction ten times too high with it.
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+// Runs the command, returns its stdout (stderr goes to the test log).
+std::string RunCommand(const std::string& cmd, int* status) {
+  std::string out;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  *status = pclose(p);
+  return out;
+}
+
+json Bench(const std::string& kind, const std::string& extra) {
+  const std::string cmd = std::string(TANDEM_BINARY) + " bench --synthetic " + kind +
+                          " --hidden 64 --layers 2 --intermediate 128 --heads 4 --kv-heads 2"
+                          " --vocab 256 --repeats 1 --pp 16,32 --batches 1,4 --context 16"
+                          " --tg-tokens 4 --decode-steps 2 --attn-contexts 64,256"
+                          " --bandwidth-mib 8 --attn-mib 1 --gemm-size 256 --threads 1 --json " +
+                          extra;
+  int status = -1;
+  const std::string out = RunCommand(cmd, &status);
+  EXPECT_EQ(status, 0) << cmd;
+  json j = json::parse(out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << out;
+  return j;
+}
+
+void ExpectSummary(const json& s, const std::string& where) {
+  for (const char* k : {"median", "min", "max", "runs"}) {
+    EXPECT_TRUE(s.contains(k)) << where << " lacks " << k;
+  }
+  EXPECT_GT(s.value("median", 0.0), 0) << where;
+}
+
+void ExpectFigure(const json& f, const std::string& where, bool moe) {
+  for (const char* k :
+       {"sequences", "tokens", "context", "keys", "tokens_per_s", "flops_per_unit",
+        "bytes_per_unit", "tokens_per_unit", "peak", "peak_gflops", "roofline_memory_s",
+        "roofline_compute_s", "roofline_tokens_per_s", "fraction", "bound", "within_4x_l3"}) {
+    EXPECT_TRUE(f.contains(k)) << where << " lacks " << k;
+  }
+  if (moe && where.rfind("attention", 0) != 0) {
+    EXPECT_TRUE(f.contains("experts_per_layer")) << where;
+    EXPECT_TRUE(f.contains("experts_source")) << where;
+  }
+  ExpectSummary(f["tokens_per_s"], where);
+  const double fr = f.value("fraction", 0.0);
+  EXPECT_GT(fr, 0) << where;
+  EXPECT_LE(fr, 1.5) << where;
+}
+
+void ExpectReport(const json& j, bool moe) {
+  ASSERT_TRUE(j.is_object());
+  for (const char* k :
+       {"machine", "settings", "peaks", "model", "pp", "tg", "decode", "attention"}) {
+    ASSERT_TRUE(j.contains(k)) << "report lacks " << k;
+  }
+  for (const char* k :
+       {"cpu_model", "logical_cpus", "omp_threads", "memory_bytes", "l3_bytes", "probed_features",
+        "cpuinfo_flags", "kernel_isa", "bf16_gemm", "omp_wait_policy"}) {
+    EXPECT_TRUE(j["machine"].contains(k)) << "machine lacks " << k;
+  }
+  ExpectSummary(j["peaks"]["read_bandwidth"]["gbs"], "read_bandwidth");
+  ExpectSummary(j["peaks"]["read_bandwidth_after"]["gbs"], "read_bandwidth_after");
+  for (const char* k : {"read_gbs", "f32_gflops", "bf16_gflops", "int8_gflops"}) {
+    EXPECT_GT(j["roofline"].value(k, 0.0), 0) << k;
+  }
+  for (const char* k : {"gemm_f32", "gemm_bf16", "gemm_int8"}) {
+    ExpectSummary(j["peaks"][k]["gflops"], k);
+    EXPECT_FALSE(j["peaks"][k].value("path", "").empty()) << k;
+  }
+  const json& m = j["model"];
+  for (const char* k : {"source",          "path",
+                        "format",          "arch",
+                        "weight_storage",  "compute",
+                        "params",          "weight_bytes",
+                        "hidden",          "layers",
+                        "intermediate",    "heads",
+                        "kv_heads",        "head_dim",
+                        "vocab",           "experts",
+                        "experts_per_tok", "dense_weight_bytes",
+                        "expert_bytes",    "kv_bytes_per_token"}) {
+    EXPECT_TRUE(m.contains(k)) << "model lacks " << k;
+  }
+  EXPECT_GT(m.value("params", 0), 0);
+  ASSERT_EQ(j["pp"].size(), 2u);
+  ASSERT_EQ(j["decode"].size(), 2u);
+  ASSERT_EQ(j["attention"].size(), 2u);
+  for (const json& f : j["pp"]) ExpectFigure(f, "pp", moe);
+  ExpectFigure(j["tg"], "tg", moe);
+  for (const json& f : j["decode"]) ExpectFigure(f, "decode", moe);
+  for (const json& f : j["attention"]) ExpectFigure(f, "attention", moe);
+  // The synthetic model's temporary directory is removed at exit.
+  const std::string path = m.value("path", "");
+  ASSERT_FALSE(path.empty());
+  EXPECT_FALSE(std::filesystem::exists(path)) << path;
+}
+
+TEST(BenchCliTest, DenseBf16) {
+  const json j = Bench("dense", "");
+  ExpectReport(j, false);
+  EXPECT_EQ(j["model"].value("format", ""), "hf");
+  EXPECT_EQ(j["decode"][1].value("sequences", 0), 4);
+}
+
+TEST(BenchCliTest, MoeQ8) {
+  const json j = Bench("moe", "--dtype q8_0 --experts 4 --top-k 2");
+  ExpectReport(j, true);
+  EXPECT_EQ(j["model"].value("format", ""), "gguf");
+  EXPECT_EQ(j["machine"].value("omp_threads", 0), 1);
+  EXPECT_EQ(j["tg"].value("experts_source", ""), "exact");
+  EXPECT_EQ(j["decode"][0].value("experts_source", ""), "router");
+  EXPECT_DOUBLE_EQ(j["decode"][0].value("experts_per_layer", 0.0), 2.0);  // B = 1
+}
+
+TEST(BenchCliTest, BadFlagsFail) {
+  int status = 0;
+  RunCommand(std::string(TANDEM_BINARY) + " bench --synthetic huge 2>/dev/null", &status);
+  EXPECT_NE(status, 0);
+  RunCommand(std::string(TANDEM_BINARY) + " bench 2>/dev/null", &status);
+  EXPECT_NE(status, 0);
+}
+
+}  // namespace

@@ -1,0 +1,154 @@
+#include "gpu_worker/bench/bench_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint.h"
+#include "common/status_macros.h"
+#include "cpu_worker/perf/machine_info.h"
+#include "cpu_worker/perf/machine_probe.h"
+#include "gpu_worker/bench/expert_usage.h"
+#include "gpu_worker/bench/model_costs.h"
+#include "gpu_worker/engine/engine.h"
+
+namespace tandem::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+absl::StatusOr<PeakFigure> Gemm(perf::GemmKind kind, int64_t m, int64_t s, const BenchOptions& o) {
+  TANDEM_ASSIGN_OR_RETURN(perf::GemmMeasurement g,
+                          perf::MeasureGemm(kind, m, s, s, o.warmup, o.repeats));
+  PeakFigure p;
+  p.value = perf::Summarize(g.gflops);
+  p.path = g.path;
+  p.m = g.m;
+  p.n = g.n;
+  p.k = g.k;
+  return p;
+}
+
+absl::StatusOr<PeakFigure> Bandwidth(const BenchOptions& o, int threads) {
+  if (o.progress) {
+    o.progress(absl::StrCat("measuring read bandwidth (", o.bandwidth_bytes >> 20, " MiB, ",
+                            threads, " threads)"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::vector<double> bw,
+                          perf::ReadBandwidthGbs(o.bandwidth_bytes, o.warmup, o.repeats));
+  PeakFigure p;
+  p.value = perf::Summarize(bw);
+  p.bytes = o.bandwidth_bytes;
+  p.path = "read sweep, all threads, 8 streams each";
+  return p;
+}
+
+void Rescore(std::vector<Figure>& figures, const Peaks& p) {
+  for (Figure& f : figures) Score(f, p);
+}
+
+absl::Status MeasureMachine(const BenchOptions& o, BenchReport* r) {
+  auto say = [&o](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  r->machine = perf::DescribeMachine();
+  TANDEM_ASSIGN_OR_RETURN(r->bandwidth, Bandwidth(o, static_cast<int>(r->machine.omp_threads)));
+  const int64_t s = o.gemm_size;
+  say(absl::StrCat("measuring GEMM peaks (", s, "^3 f32 and bf16, int8 at ",
+                   perf::Int8KernelMaxRows(), " rows)"));
+  TANDEM_ASSIGN_OR_RETURN(r->gemm_f32, Gemm(perf::GemmKind::kF32, s, s, o));
+  TANDEM_ASSIGN_OR_RETURN(r->gemm_bf16, Gemm(perf::GemmKind::kBF16, s, s, o));
+  TANDEM_ASSIGN_OR_RETURN(r->gemm_int8,
+                          Gemm(perf::GemmKind::kInt8, perf::Int8KernelMaxRows(), s, o));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
+  BenchOptions o = options;
+  o.engine.repeats = o.attention.repeats = o.repeats;
+  o.engine.warmup = o.attention.warmup = o.warmup;
+  TANDEM_RETURN_IF_ERROR(ValidateEngineBenchOptions(o.engine));
+  if (o.synthetic.has_value() == !o.model_path.empty()) {
+    return absl::InvalidArgumentError("give exactly one of a model path and a synthetic model");
+  }
+  if (o.synthetic.has_value()) TANDEM_RETURN_IF_ERROR(SyntheticConfig(*o.synthetic).status());
+  auto say = [&o](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+
+  BenchReport r;
+  r.repeats = o.repeats;
+  r.warmup = o.warmup;
+  TANDEM_RETURN_IF_ERROR(MeasureMachine(o, &r));
+  // Provisional for the bandwidth: every figure is scored again once it has
+  // been measured a second time, after them.
+  const Peaks peaks{r.bandwidth.value.max, r.gemm_f32.value.max, r.gemm_bf16.value.max,
+                    r.gemm_int8.value.max};
+
+  // Declared before the engine: the files go only after the engine that
+  // maps them.
+  std::optional<ScratchDir> scratch;
+  std::string path = o.model_path;
+  if (o.synthetic.has_value()) {
+    TANDEM_ASSIGN_OR_RETURN(ScratchDir dir, ScratchDir::Create("tandem_bench"));
+    scratch.emplace(std::move(dir));
+    say(absl::StrCat("writing a synthetic ", o.synthetic->moe ? "moe" : "dense", " model to ",
+                     scratch->path()));
+    const auto t0 = Clock::now();
+    TANDEM_ASSIGN_OR_RETURN(path, WriteSyntheticModel(*o.synthetic, scratch->path()));
+    r.model.write_seconds = Since(t0);
+    r.model.source = absl::StrCat("synthetic ", o.synthetic->moe ? "moe" : "dense");
+  } else {
+    r.model.source = o.model_path;
+  }
+  r.model.path = path;
+
+  say("loading the model");
+  const auto t0 = Clock::now();
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(path));
+  r.model.format = ckpt->format() == CheckpointFormat::kGguf ? "gguf" : "hf";
+  r.model.config = ckpt->config();
+
+  // Attention alone first: it needs only the shapes, and its KV comes and
+  // goes before the engine's weights and cache are resident.
+  say("measuring CPU decode attention alone");
+  TANDEM_ASSIGN_OR_RETURN(r.attention, RunAttentionBench(r.model.config, peaks, o.attention));
+
+  // Outlives the engine, which holds it as its expert offload.
+  std::unique_ptr<ExpertUsage> usage;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                          Engine::Create(std::move(ckpt), EngineOptionsFor(o.engine, o.compute)));
+  r.model.load_seconds = Since(t0);
+  TANDEM_ASSIGN_OR_RETURN(r.model.costs,
+                          ComputeModelCosts(engine->checkpoint(), engine->weights()));
+  const std::string& st = r.model.costs.weight_storage;
+  r.model.compute =
+      st == "bf16" || st == "f32" ? st : "int8 kernels in decode, dequantized GEMM in prefill";
+  if (r.model.config.is_moe()) {
+    usage = std::make_unique<ExpertUsage>(r.model.config.num_experts);
+    engine->SetExpertOffload(usage.get());
+  }
+  say("measuring the engine: pp, tg, batched decode");
+  TANDEM_ASSIGN_OR_RETURN(r.engine,
+                          RunEngineBench(*engine, usage.get(), r.model.costs, peaks, o.engine));
+  engine.reset();  // its KV cache and scratch go before the second sweep's buffer
+
+  TANDEM_ASSIGN_OR_RETURN(r.bandwidth_after, Bandwidth(o, static_cast<int>(r.machine.omp_threads)));
+  r.roofline = peaks;
+  r.roofline.read_gbs = std::max(r.bandwidth.value.max, r.bandwidth_after.value.max);
+  Rescore(r.engine.pp, r.roofline);
+  Score(r.engine.tg, r.roofline);
+  Rescore(r.engine.decode, r.roofline);
+  Rescore(r.attention, r.roofline);
+  return r;
+}
+
+}  // namespace tandem::bench

@@ -1,0 +1,79 @@
+// One measured figure of `tandem bench` and where it stands against its
+// roofline.
+#ifndef TANDEM_GPU_WORKER_BENCH_FIGURE_H_
+#define TANDEM_GPU_WORKER_BENCH_FIGURE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "cpu_worker/perf/timing.h"
+#include "gpu_worker/bench/model_costs.h"
+
+namespace tandem::bench {
+
+// The machine's peaks the rooflines are drawn with: the best run of each
+// measurement. Noise only ever slows a run down, so the best run is the
+// estimate of what the machine can do; a median peak on a loaded machine
+// would put figures taken in a quieter moment above their roofline.
+struct Peaks {
+  double read_gbs = 0;
+  double f32_gflops = 0;
+  double bf16_gflops = 0;
+  double int8_gflops = 0;
+};
+
+// Which GEMM peak bounds a figure's compute: the kernels its weights take.
+enum class PeakKind { kF32, kBF16, kInt8 };
+
+inline double PeakOf(const Peaks& p, PeakKind k) {
+  switch (k) {
+    case PeakKind::kF32:
+      return p.f32_gflops;
+    case PeakKind::kBF16:
+      return p.bf16_gflops;
+    case PeakKind::kInt8:
+      return p.int8_gflops;
+  }
+  return 0;
+}
+
+inline const char* PeakKindName(PeakKind k) {
+  return k == PeakKind::kF32 ? "f32" : k == PeakKind::kBF16 ? "bf16" : "int8";
+}
+
+struct Figure {
+  int64_t sequences = 1;  // sequences per step (decode batch, attention sequences)
+  int64_t tokens = 0;     // pp: prompt tokens; tg: tokens generated per run
+  int64_t context = 0;    // tokens each sequence holds before the step (tg: at its start)
+  double keys = 0;        // keys each decode token attends over (mean for tg)
+  // Tokens per second (aggregate over the batch); for attention alone,
+  // decode tokens whose attention over every layer completes per second.
+  perf::Summary rate;
+  Work work;                            // of one unit: a prefill, a decode step, one attention pass
+  double unit_tokens = 0;               // tokens one unit produces
+  PeakKind peak_kind = PeakKind::kF32;  // which GEMM peak bounds its compute
+  double peak_gflops = 0;               // the compute peak the figure is held against
+  Roofline roofline;                    // of one unit
+  double roofline_rate = 0;             // tokens/s at the roofline
+  double fraction = 0;                  // rate.median / roofline_rate
+  // MoE: distinct routed experts per layer whose weights a unit reads, and
+  // how that number was obtained ("router" = recorded from the routing,
+  // "exact" = one token routes to exactly top-k, "expected" = uniform
+  // routing estimate).
+  double experts_per_layer = 0;
+  std::string experts_source;
+};
+
+// Fills peak_gflops, roofline, roofline_rate and fraction from work,
+// unit_tokens, peak_kind and rate.
+inline void Score(Figure& f, const Peaks& peaks) {
+  f.peak_gflops = PeakOf(peaks, f.peak_kind);
+  f.roofline = RooflineOf(f.work, peaks.read_gbs, f.peak_gflops);
+  const double s = f.roofline.seconds();
+  f.roofline_rate = s > 0 ? f.unit_tokens / s : 0;
+  f.fraction = f.roofline_rate > 0 ? f.rate.median / f.roofline_rate : 0;
+}
+
+}  // namespace tandem::bench
+
+#endif  // TANDEM_GPU_WORKER_BENCH_FIGURE_H_
