@@ -8,6 +8,7 @@
 #include "cli/cpu_worker_command.h"
 #include "cli/generate_command.h"
 #include "cli/openmp_environment.h"
+#include "cli/plan_command.h"
 #include "cli/gpu_worker_command.h"
 #include "cli/serve_command.h"
 
@@ -27,6 +28,8 @@ int main(int argc, char** argv) {
   CLI::App* coord_cmd = tandem::cli::AddCoordinatorCommand(app, coord);
   tandem::cli::BenchCommandOptions bench;
   CLI::App* bench_cmd = tandem::cli::AddBenchCommand(app, bench);
+  tandem::cli::PlanCommandOptions plan;
+  CLI::App* plan_cmd = tandem::cli::AddPlanCommand(app, plan);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -36,6 +39,7 @@ int main(int argc, char** argv) {
   if (coord_cmd->parsed()) return tandem::cli::RunCoordinator(coord);
   if (generate->parsed()) return tandem::cli::RunGenerate(gen);
   if (bench_cmd->parsed()) return tandem::cli::RunBench(bench);
+  if (plan_cmd->parsed()) return tandem::cli::RunPlan(plan);
   if (cpu_worker->parsed()) return tandem::cli::RunCpuWorker(cpu);
   if (gpu_worker->parsed()) return tandem::cli::RunGpuWorker(gpu);
   return 1;
