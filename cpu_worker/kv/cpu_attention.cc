@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "cpu_worker/ops/attention.h"
@@ -52,11 +53,42 @@ absl::Status CpuAttention::Run(int64_t layer, absl::Span<const CpuAttentionTask>
   TANDEM_RETURN_IF_ERROR(cache_->Reserve(needs));
 
   const ops::PagedKvLayer kv = cache_->Layer(layer);
-  for (const CpuAttentionTask& t : tasks) {
-    const int32_t* table = cache_->BlockTable(t.seq_id).data();
-    ops::WriteKv(kv, table, t.start_pos, t.tokens, t.k, t.v);
-    ops::AttendSequence(t.q, t.tokens, shape_.heads, kv, table, t.start_pos, shape_.scale, t.out);
-    cache_->SetWritten(t.seq_id, layer, t.start_pos + t.tokens);
+  // A run of one-token (decode) tasks of distinct sequences attends in one
+  // AttendDecode call, so that the threads share all their contexts' chunks
+  // at once. Their keys are all written first: none of them reads another
+  // sequence's blocks, so each still sees exactly its own keys.
+  std::vector<ops::DecodeQuery> decode;
+  absl::flat_hash_set<int64_t> in_run;
+  size_t i = 0;
+  while (i < tasks.size()) {
+    size_t end = i;
+    in_run.clear();
+    while (end < tasks.size() && tasks[end].tokens == 1 &&
+           in_run.insert(tasks[end].seq_id).second) {
+      ++end;
+    }
+    if (end == i) {  // several tokens (prefill): on its own
+      const CpuAttentionTask& t = tasks[i];
+      const int32_t* table = cache_->BlockTable(t.seq_id).data();
+      ops::WriteKv(kv, table, t.start_pos, t.tokens, t.k, t.v);
+      ops::AttendSequence(t.q, t.tokens, shape_.heads, kv, table, t.start_pos, shape_.scale, t.out);
+      cache_->SetWritten(t.seq_id, layer, t.start_pos + t.tokens);
+      ++i;
+      continue;
+    }
+    decode.clear();
+    for (size_t j = i; j < end; ++j) {
+      const CpuAttentionTask& t = tasks[j];
+      const int32_t* table = cache_->BlockTable(t.seq_id).data();
+      ops::WriteKv(kv, table, t.start_pos, 1, t.k, t.v);
+      decode.push_back({t.q, table, t.start_pos + 1, t.out});
+    }
+    ops::AttendDecode(decode.data(), static_cast<int64_t>(decode.size()), shape_.heads, kv,
+                      shape_.scale);
+    for (size_t j = i; j < end; ++j) {
+      cache_->SetWritten(tasks[j].seq_id, layer, tasks[j].start_pos + 1);
+    }
+    i = end;
   }
   return absl::OkStatus();
 }

@@ -12,8 +12,8 @@
 namespace tandem::ops {
 namespace {
 
-// One query head against keys 0 .. len-1 of kv head `kvh`. `scores` has room
-// for `len` floats. out [head_dim].
+// Prefill (n > 1): one query head against keys 0 .. len-1 of kv head
+// `kvh`. `scores` has room for `len` floats. out [head_dim].
 __attribute__((target_clones("avx512f", "avx2", "default"))) void AttendOneHead(
     const float* q, const PagedKvLayer& kv, const int32_t* block_table, int64_t kvh, int64_t len,
     float scale, float* scores, float* out) {
@@ -88,6 +88,12 @@ void AttendSequence(const float* q, int64_t n, int64_t heads, const PagedKvLayer
   TANDEM_CHECK(kv.block_size > 0 && kv.kv_heads > 0 && kv.head_dim > 0);
   TANDEM_CHECK(heads > 0 && heads % kv.kv_heads == 0);
   TANDEM_CHECK(first_pos >= 0 && n >= 0);
+  if (n == 1) {
+    // Decode: the flash-decoding path reads each K/V row once per group.
+    const DecodeQuery dq{q, block_table, first_pos + 1, out};
+    AttendDecode(&dq, 1, heads, kv, scale);
+    return;
+  }
   const int64_t hd = kv.head_dim;
   const int64_t group = heads / kv.kv_heads;
   const int64_t tasks = n * heads;

@@ -24,9 +24,29 @@ void WriteKv(const PagedKvLayer& kv, const int32_t* block_table, int64_t first_p
 // Causal attention of one sequence's n queries q [n, heads, head_dim] at
 // positions first_pos .. first_pos+n-1 against keys 0 .. first_pos+n-1
 // (already written). Query head h reads kv head h / (heads / kv_heads).
-// out [n, heads, head_dim]. Softmax in f32 with max subtraction.
+// out [n, heads, head_dim]. Softmax in f32 with max subtraction. n == 1
+// goes through AttendDecode.
 void AttendSequence(const float* q, int64_t n, int64_t heads, const PagedKvLayer& kv,
                     const int32_t* block_table, int64_t first_pos, float scale, float* out);
+
+// One decoding sequence: its single query token attends keys 0 .. len-1
+// (already written, its own included).
+struct DecodeQuery {
+  const float* q = nullptr;  // [heads, head_dim]
+  const int32_t* block_table = nullptr;
+  int64_t len = 0;       // keys, at least 1
+  float* out = nullptr;  // [heads, head_dim]
+};
+
+// Decode attention of `count` sequences with one query each, at the speed of
+// reading their keys and values once (flash-decoding): each K/V row is read
+// once for all the query heads of its kv head's group, with an online
+// softmax, and long contexts are split into chunks that OpenMP threads share
+// and a merge step combines. AttendSequence takes this path for n == 1. The
+// AVX-512 kernel runs where MaxKernelIsa() allows; `allow_avx512 = false`
+// forces the portable one (for tests). Scratch is thread-local, grown once.
+void AttendDecode(const DecodeQuery* queries, int64_t count, int64_t heads, const PagedKvLayer& kv,
+                  float scale, bool allow_avx512 = true);
 
 // Plain reference on contiguous k/v [total_len, kv_heads, head_dim].
 void ReferenceAttention(const float* q, int64_t n, int64_t heads, const float* k,

@@ -1,5 +1,7 @@
 #include "cpu_worker/ops/attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -136,6 +138,220 @@ TEST(AttentionTest, HandCheckedCausalCase) {
   EXPECT_NEAR(out[2], 0.25f * 10 + 0.75f * 30, 1e-5f);
   EXPECT_NEAR(out[3], 0.25f * 20 + 0.75f * 40, 1e-5f);
 }
+
+// ---------------------------------------------------------------------------
+// Decode (AttendDecode): one query per sequence, against the reference.
+
+struct DecodeShape {
+  int64_t kv_heads, group, head_dim, block_size;
+};
+
+std::string ShapeName(const DecodeShape& s) {
+  return absl::StrCat("kv_heads ", s.kv_heads, " group ", s.group, " head_dim ", s.head_dim,
+                      " block ", s.block_size);
+}
+
+// Sequences of one decode call, their blocks drawn shuffled from one
+// NaN-filled pool (a slot read that was never written poisons the output).
+struct DecodeBatch {
+  DecodeShape shape;
+  std::vector<int64_t> lens;
+  std::vector<std::vector<float>> k, v;  // per sequence [len, kv_heads, head_dim]
+  std::vector<std::vector<float>> q;     // per sequence [heads, head_dim]
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<float> pool_k, pool_v;
+  PagedKvLayer layer;
+};
+
+DecodeBatch MakeDecodeBatch(const DecodeShape& s, const std::vector<int64_t>& lens, float q_scale,
+                            std::mt19937& rng) {
+  DecodeBatch b;
+  b.shape = s;
+  b.lens = lens;
+  const int64_t heads = s.kv_heads * s.group, row = s.kv_heads * s.head_dim;
+  int64_t used = 0;
+  for (int64_t len : lens) used += (len + s.block_size - 1) / s.block_size;
+  const int64_t pool = used + 5;
+  b.pool_k.assign(static_cast<size_t>(pool * s.block_size * row),
+                  std::numeric_limits<float>::quiet_NaN());
+  b.pool_v = b.pool_k;
+  b.layer = {b.pool_k.data(), b.pool_v.data(), s.block_size, s.kv_heads, s.head_dim};
+  std::vector<int32_t> ids(static_cast<size_t>(pool));
+  for (int64_t i = 0; i < pool; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  size_t next = 0;
+  for (int64_t len : lens) {
+    const size_t blocks = static_cast<size_t>((len + s.block_size - 1) / s.block_size);
+    b.tables.emplace_back(ids.begin() + static_cast<ptrdiff_t>(next),
+                          ids.begin() + static_cast<ptrdiff_t>(next + blocks));
+    next += blocks;
+    std::vector<float> k(static_cast<size_t>(len * row)), v(k.size());
+    for (auto& x : k) x = dist(rng);
+    for (auto& x : v) x = dist(rng);
+    std::vector<float> q(static_cast<size_t>(heads * s.head_dim));
+    for (auto& x : q) x = dist(rng) * q_scale;
+    WriteKv(b.layer, b.tables.back().data(), 0, len, k.data(), v.data());
+    b.k.push_back(std::move(k));
+    b.v.push_back(std::move(v));
+    b.q.push_back(std::move(q));
+  }
+  return b;
+}
+
+// One AttendDecode call over the whole batch, each sequence checked against
+// ReferenceAttention. The tolerance is relative to the scale of the sum
+// being formed: the softmax-weighted mean of |v| (the reference on |v|),
+// which is what f32 rounding errors scale with, unlike the output itself
+// (a near-cancelling average when the softmax is flat).
+void ExpectDecodeMatches(const DecodeBatch& b, bool allow_avx512, float rel_tol = 1e-5f) {
+  const DecodeShape& s = b.shape;
+  const int64_t heads = s.kv_heads * s.group, qd = heads * s.head_dim;
+  const size_t n = b.lens.size();
+  std::vector<std::vector<float>> out(n);
+  std::vector<DecodeQuery> queries(n);
+  for (size_t i = 0; i < n; ++i) {
+    out[i].assign(static_cast<size_t>(qd), std::numeric_limits<float>::quiet_NaN());
+    queries[i] = {b.q[i].data(), b.tables[i].data(), b.lens[i], out[i].data()};
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  AttendDecode(queries.data(), static_cast<int64_t>(n), heads, b.layer, scale, allow_avx512);
+  for (size_t i = 0; i < n; ++i) {
+    SCOPED_TRACE(absl::StrCat("sequence ", i, " of ", n, ", len ", b.lens[i]));
+    const int64_t first_pos = b.lens[i] - 1;
+    std::vector<float> ref(static_cast<size_t>(qd)), mag(ref.size()), abs_v(b.v[i].size());
+    for (size_t j = 0; j < abs_v.size(); ++j) abs_v[j] = std::fabs(b.v[i][j]);
+    ReferenceAttention(b.q[i].data(), 1, heads, b.k[i].data(), b.v[i].data(), s.kv_heads,
+                       s.head_dim, first_pos, scale, ref.data());
+    ReferenceAttention(b.q[i].data(), 1, heads, b.k[i].data(), abs_v.data(), s.kv_heads, s.head_dim,
+                       first_pos, scale, mag.data());
+    int failures = 0;
+    for (size_t j = 0; j < ref.size(); ++j) {
+      if (!(std::fabs(out[i][j] - ref[j]) <= rel_tol * mag[j] + 1e-30f) && failures++ < 5) {
+        ADD_FAILURE() << "out[" << j << "] = " << out[i][j] << ", reference " << ref[j]
+                      << " (scale " << mag[j] << ")";
+      }
+    }
+  }
+}
+
+// Runs `body` with 1 thread (whole sequences, no merge) and with 4 (long
+// contexts cut into chunks and merged), whatever the machine's core count.
+template <typename F>
+void WithThreads(F body) {
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 4}) {
+    SCOPED_TRACE(absl::StrCat(threads, " OpenMP threads"));
+    omp_set_num_threads(threads);
+    body();
+  }
+  omp_set_num_threads(saved);
+}
+
+class DecodeTest : public ::testing::TestWithParam<bool> {};  // allow_avx512
+
+TEST_P(DecodeTest, MatchesReference) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  WithThreads([&] {
+    for (int64_t group : {1, 2, 4, 8}) {
+      for (int64_t head_dim : {64, 128}) {
+        for (int64_t len : {1, 15, 16, 17, 1000, 4096}) {
+          for (float q_scale : {1.0f, 8.0f}) {
+            const DecodeShape shape{2, group, head_dim, 16};
+            SCOPED_TRACE(absl::StrCat(ShapeName(shape), " len ", len, " q_scale ", q_scale));
+            ExpectDecodeMatches(MakeDecodeBatch(shape, {len}, q_scale, rng), GetParam());
+          }
+        }
+      }
+    }
+  });
+}
+
+// Shapes off the fast path: head_dim not a multiple of 16 (masked tails),
+// groups above the AVX-512 kernel's 8 heads (sliced), blocks of one token,
+// of an odd size and larger than a tile.
+TEST_P(DecodeTest, OddShapes) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  const DecodeShape shapes[] = {{1, 3, 24, 5},  {3, 12, 40, 16}, {2, 16, 64, 16}, {1, 1, 7, 1},
+                                {2, 5, 80, 48}, {1, 9, 128, 64}, {4, 1, 16, 33},  {1, 2, 200, 16}};
+  WithThreads([&] {
+    for (const DecodeShape& shape : shapes) {
+      for (int64_t len : {1, 2, 31, 64, 65, 700}) {
+        SCOPED_TRACE(absl::StrCat(ShapeName(shape), " len ", len));
+        ExpectDecodeMatches(MakeDecodeBatch(shape, {len}, 4.0f, rng), GetParam());
+      }
+    }
+  });
+}
+
+// Several sequences of different lengths in one call: items of different
+// sequences share the threads and each sequence is merged on its own.
+TEST_P(DecodeTest, BatchOfSequences) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  WithThreads([&] {
+    for (const DecodeShape& shape : {DecodeShape{4, 4, 128, 16}, DecodeShape{2, 8, 64, 16}}) {
+      SCOPED_TRACE(ShapeName(shape));
+      ExpectDecodeMatches(MakeDecodeBatch(shape, {1, 4096, 17, 300, 16, 1000, 2, 2500}, 2.0f, rng),
+                          GetParam());
+    }
+  });
+}
+
+// The running maximum grows through the whole context (each key's scores
+// larger than the last's), so the accumulator is rescaled on every tile
+// and the chunks' maxima differ widely when merged.
+TEST_P(DecodeTest, RisingScores) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  WithThreads([&] {
+    const DecodeShape shape{2, 4, 64, 16};
+    DecodeBatch b = MakeDecodeBatch(shape, {3000}, 1.0f, rng);
+    // q = (1, 1, ...) and every element of key t equal to c * t: a score of
+    // scale * head_dim * c * t = 12 t / len, rising with the position t
+    // (the last key outweighs the first by e^12).
+    const int64_t row = shape.kv_heads * shape.head_dim, len = b.lens[0];
+    const float c =
+        12.0f / (std::sqrt(static_cast<float>(shape.head_dim)) * static_cast<float>(len));
+    for (auto& x : b.q[0]) x = 1.0f;
+    for (int64_t t = 0; t < len; ++t) {
+      for (int64_t i = 0; i < row; ++i) {
+        b.k[0][static_cast<size_t>(t * row + i)] = c * static_cast<float>(t);
+      }
+    }
+    WriteKv(b.layer, b.tables[0].data(), 0, len, b.k[0].data(), b.v[0].data());
+    ExpectDecodeMatches(b, GetParam());
+  });
+}
+
+// AttendSequence with one query is the decode path: same output, bit for bit.
+TEST(AttentionTest, SingleQueryAttendSequenceIsDecode) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  const DecodeShape shape{2, 4, 128, 16};
+  DecodeBatch b = MakeDecodeBatch(shape, {777}, 1.0f, rng);
+  const int64_t qd = shape.kv_heads * shape.group * shape.head_dim;
+  std::vector<float> a(static_cast<size_t>(qd)), d(a.size());
+  const float scale = 0.125f;
+  AttendSequence(b.q[0].data(), 1, shape.kv_heads * shape.group, b.layer, b.tables[0].data(), 776,
+                 scale, a.data());
+  const DecodeQuery dq{b.q[0].data(), b.tables[0].data(), 777, d.data()};
+  AttendDecode(&dq, 1, shape.kv_heads * shape.group, b.layer, scale);
+  EXPECT_EQ(a, d);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, DecodeTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("Avx512IfAvailable")
+                                             : std::string("Portable");
+                         });
 
 }  // namespace
 }  // namespace tandem::ops
