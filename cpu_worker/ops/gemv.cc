@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdint>
 #include <vector>
 
 #include "common/status_macros.h"
@@ -21,8 +22,23 @@
 namespace tandem::ops::internal {
 namespace {
 
+// Returns a 64-byte aligned pointer into `v`, grown (never shrunk) to hold
+// `floats` floats after the alignment.
+float* AlignedScratch(std::vector<float>& v, int64_t floats) {
+  const size_t need = static_cast<size_t>(floats) + 16;
+  if (v.size() < need) v.resize(need);
+  const auto p = reinterpret_cast<uintptr_t>(v.data());
+  return reinterpret_cast<float*>((p + 63) & ~uintptr_t{63});
+}
+
 // ---------------------------------------------------------------------------
-// Portable kernel (compiler-vectorised): one weight row at a time.
+// Portable kernel (compiler-vectorised): one weight row at a time. Each dot
+// product accumulates in 16 explicit lanes and reduces them by a fixed tree:
+// an `omp simd reduction` would leave the order to the vectoriser, which may
+// peel iterations by the alignment of the row, so that a row of x could sum
+// differently at another offset in the batch.
+
+constexpr int kLanes = 16;
 
 template <typename W>
 float WeightToF32(W v);
@@ -36,18 +52,26 @@ inline float WeightToF32<uint16_t>(uint16_t v) {
 }
 
 template <typename W>
+inline float DotPortable(const float* x, const W* w, int64_t k) {
+  float acc[kLanes] = {};
+  int64_t l = 0;
+  for (; l + kLanes <= k; l += kLanes) {
+    for (int t = 0; t < kLanes; ++t) acc[t] += x[l + t] * WeightToF32(w[l + t]);
+  }
+  for (int t = 0; l + t < k; ++t) acc[t] += x[l + t] * WeightToF32(w[l + t]);
+  for (int s = kLanes / 2; s >= 1; s /= 2) {
+    for (int t = 0; t < s; ++t) acc[t] += acc[t + s];
+  }
+  return acc[0];
+}
+
+template <typename W>
 inline void RowsPortable(const float* x, int64_t m, const W* w, int64_t n, int64_t k,
                          const float* bias, int64_t n0, int64_t n1, float* y) {
   for (int64_t j = n0; j < n1; ++j) {
     const W* wr = w + j * k;
     const float b = bias != nullptr ? bias[j] : 0.0f;
-    for (int64_t i = 0; i < m; ++i) {
-      const float* xr = x + i * k;
-      float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t l = 0; l < k; ++l) acc += xr[l] * WeightToF32(wr[l]);
-      y[i * n + j] = acc + b;
-    }
+    for (int64_t i = 0; i < m; ++i) y[i * n + j] = DotPortable(x + i * k, wr, k) + b;
   }
 }
 
@@ -66,23 +90,15 @@ __attribute__((target_clones("avx2", "default"))) void RowsPortableBf16(
 }
 
 // ---------------------------------------------------------------------------
-// AVX-512 kernel: R weight rows x C rows of x held in R * C accumulators, so
-// that enough independent FMA chains are in flight; each weight vector is
-// loaded once per C rows of x.
+// AVX-512, f32 weights: R weight rows x C rows of x held in R * C
+// accumulators, so that enough independent FMA chains are in flight; each
+// weight vector is loaded once per C rows of x.
 
 #define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
-TANDEM_AVX512 inline __m512 LoadW(const float* p, __mmask16 mask) {
-  return _mm512_maskz_loadu_ps(mask, p);
-}
-TANDEM_AVX512 inline __m512 LoadW(const uint16_t* p, __mmask16 mask) {
-  const __m256i h = _mm256_maskz_loadu_epi16(mask, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-template <int R, int C, typename W>
-TANDEM_AVX512 inline void MicroKernel(const float* x, const W* w, int64_t n, int64_t k,
-                                      const float* bias, int64_t i0, int64_t j0, float* y) {
+template <int R, int C>
+TANDEM_AVX512 inline void MicroKernelF32(const float* x, const float* w, int64_t n, int64_t k,
+                                         const float* bias, int64_t i0, int64_t j0, float* y) {
   __m512 acc[R][C];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -97,7 +113,7 @@ TANDEM_AVX512 inline void MicroKernel(const float* x, const W* w, int64_t n, int
     for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x + (i0 + c) * k + l);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const __m512 wv = LoadW(w + (j0 + r) * k + l, mask);
+      const __m512 wv = _mm512_maskz_loadu_ps(mask, w + (j0 + r) * k + l);
 #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(xv[c], wv, acc[r][c]);
     }
@@ -110,119 +126,326 @@ TANDEM_AVX512 inline void MicroKernel(const float* x, const W* w, int64_t n, int
   }
 }
 
-// All m rows of x against weight rows [n0, n1).
-template <int R, typename W>
-TANDEM_AVX512 inline void RowBlock(const float* x, int64_t m, const W* w, int64_t n, int64_t k,
-                                   const float* bias, int64_t j0, float* y) {
+// All m rows of x against weight rows [j0, j0 + R).
+template <int R>
+TANDEM_AVX512 inline void RowBlockF32(const float* x, int64_t m, const float* w, int64_t n,
+                                      int64_t k, const float* bias, int64_t j0, float* y) {
   int64_t i = 0;
-  for (; i + 4 <= m; i += 4) MicroKernel<R, 4>(x, w, n, k, bias, i, j0, y);
+  for (; i + 4 <= m; i += 4) MicroKernelF32<R, 4>(x, w, n, k, bias, i, j0, y);
   switch (m - i) {
     case 3:
-      MicroKernel<R, 3>(x, w, n, k, bias, i, j0, y);
+      MicroKernelF32<R, 3>(x, w, n, k, bias, i, j0, y);
       break;
     case 2:
-      MicroKernel<R, 2>(x, w, n, k, bias, i, j0, y);
+      MicroKernelF32<R, 2>(x, w, n, k, bias, i, j0, y);
       break;
     case 1:
-      MicroKernel<R, 1>(x, w, n, k, bias, i, j0, y);
+      MicroKernelF32<R, 1>(x, w, n, k, bias, i, j0, y);
       break;
     default:
       break;
   }
 }
 
-// bf16 weights, AVX-512: a 64-byte load holds 32 weights; shifting each
+TANDEM_AVX512 void RowsAvx512F32(const float* x, int64_t m, const float* w, int64_t n, int64_t k,
+                                 const float* bias, int64_t n0, int64_t n1, float* y) {
+  int64_t j = n0;
+  if (m == 1) {
+    // One row of x: eight weight rows give eight independent chains.
+    for (; j + 8 <= n1; j += 8) MicroKernelF32<8, 1>(x, w, n, k, bias, 0, j, y);
+  }
+  for (; j + 4 <= n1; j += 4) RowBlockF32<4>(x, m, w, n, k, bias, j, y);
+  for (; j < n1; ++j) RowBlockF32<1>(x, m, w, n, k, bias, j, y);
+}
+
+// ---------------------------------------------------------------------------
+// AVX-512, bf16 weights. A 64-byte load holds 32 weights; shifting each
 // dword left by 16 gives the even elements as f32, masking off its low half
-// the odd ones, so widening costs two instructions per 32 weights (instead
-// of four for two vpmovzxwd + vpslld). x is split beforehand into its even
-// and odd elements, each zero-padded to `kh` (a multiple of 16) floats per
-// row. The products are the same exact f32 products as the generic kernel.
+// the odd ones (exact, two instructions per 32 weights). x is split the
+// same way once per call (SplitChunkBf16). Every output element is then
+// accumulated by Step over its 32-element chunks in order, in 16 lanes, and
+// finished by Finish: the direct and the blocked paths below differ only in
+// where the operands wait between steps (registers or an L1 buffer), not in
+// the arithmetic, so a row's result does not depend on m.
+
+constexpr int64_t kChunk = 32;           // k elements per step
+constexpr int64_t kDirectMaxRows = 4;    // larger m takes the blocked path
+constexpr int64_t kDirectItemRows = 32;  // weight rows per parallel item (direct)
+constexpr int64_t kGroupRows = 16;       // weight rows per parallel item (blocked)
+constexpr int64_t kBlockChunks = 16;     // k block of the blocked path: 512 elements
+constexpr int kBlockTileRows = 4;        // weight rows widened together (blocked)
+
+TANDEM_AVX512 inline __mmask32 ChunkMask(int64_t k, int64_t l) {
+  return k - l >= kChunk ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (k - l)) - 1);
+}
+
+TANDEM_AVX512 inline void Widen(const uint16_t* p, __mmask32 mask, __m512* even, __m512* odd) {
+  const __m512i v = _mm512_maskz_loadu_epi16(mask, p);
+  *even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  *odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// acc += x_even * w_even, then += x_odd * w_odd: the one accumulation step.
+TANDEM_AVX512 inline __m512 Step(__m512 acc, __m512 xe, __m512 xo, __m512 we, __m512 wo) {
+  return _mm512_fmadd_ps(xo, wo, _mm512_fmadd_ps(xe, we, acc));
+}
+
+TANDEM_AVX512 inline float Finish(__m512 acc, const float* bias, int64_t j) {
+  return _mm512_reduce_add_ps(acc) + (bias != nullptr ? bias[j] : 0.0f);
+}
+
+// Chunk c of row i of x goes to xs + (c * m + i) * 32: its 16 even
+// elements, then its 16 odd ones, zero past k. Chunk-major, so that the
+// rows one step of a tile reads are adjacent lines (rows of a row-major x
+// lie a power of two apart for the usual k and would share L1 sets).
+TANDEM_AVX512 void SplitChunkBf16(const float* x, int64_t m, int64_t k, int64_t c, float* xs) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const int64_t l = c * kChunk;
+  const int64_t rem = k - l;
+  const auto mask16 = [](int64_t r) {
+    return r >= 16 ? static_cast<__mmask16>(0xffff)
+                   : static_cast<__mmask16>(r > 0 ? (1u << r) - 1 : 0);
+  };
+  const __mmask16 lo = mask16(rem), hi = mask16(rem - 16);
+  for (int64_t i = 0; i < m; ++i) {
+    const __m512 a = _mm512_maskz_loadu_ps(lo, x + i * k + l);
+    const __m512 b = _mm512_maskz_loadu_ps(hi, x + i * k + l + 16);
+    float* dst = xs + (c * m + i) * kChunk;
+    _mm512_store_ps(dst, _mm512_permutex2var_ps(a, even, b));
+    _mm512_store_ps(dst + 16, _mm512_permutex2var_ps(a, odd, b));
+  }
+}
+
+// Direct path: R weight rows x C rows of x in registers over all of k,
+// the weights widened in registers as they stream in. For a few rows of x.
 // The software prefetch (1 KiB ahead in each row) made a pass from DRAM
-// ~15% faster in linear_bench (m = 1, cold), with no change from cache.
+// ~15% faster (m = 1, cold).
 template <int R, int C>
-TANDEM_AVX512 inline void MicroKernelBf16(const float* xe, const float* xo, int64_t kh,
-                                          const uint16_t* w, int64_t n, int64_t k,
-                                          const float* bias, int64_t i0, int64_t j0, float* y) {
+TANDEM_AVX512 inline void DirectTileBf16(const float* xs, int64_t m, const uint16_t* w, int64_t n,
+                                         int64_t k, const float* bias, int64_t i0, int64_t j0,
+                                         float* y) {
   __m512 acc[R][C];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
   }
-  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int64_t l = 0; l < k; l += 32) {
-    const __mmask32 mask =
-        k - l >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1ull << (k - l)) - 1);
-    __m512 ev[C], od[C];
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      ev[c] = _mm512_loadu_ps(xe + (i0 + c) * kh + l / 2);
-      od[c] = _mm512_loadu_ps(xo + (i0 + c) * kh + l / 2);
-    }
+  const int64_t chunks = (k + kChunk - 1) / kChunk;
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const __mmask32 mask = ChunkMask(k, ch * kChunk);
+    __m512 we[R], wo[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const uint16_t* p = w + (j0 + r) * k + l;
+      const uint16_t* p = w + (j0 + r) * k + ch * kChunk;
       _mm_prefetch(reinterpret_cast<const char*>(p + 512), _MM_HINT_T0);
-      const __m512i wv = _mm512_maskz_loadu_epi16(mask, p);
-      const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
-      const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(wv, hi_mask));
+      Widen(p, mask, &we[r], &wo[r]);
+    }
+    const float* xc = xs + (ch * m + i0) * kChunk;
 #pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) {
-        acc[r][c] = _mm512_fmadd_ps(ev[c], we, acc[r][c]);
-        acc[r][c] = _mm512_fmadd_ps(od[c], wo, acc[r][c]);
-      }
+    for (int c = 0; c < C; ++c) {
+      const __m512 xe = _mm512_load_ps(xc + c * kChunk);
+      const __m512 xo = _mm512_load_ps(xc + c * kChunk + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][c] = Step(acc[r][c], xe, xo, we[r], wo[r]);
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    const float b = bias != nullptr ? bias[j0 + r] : 0.0f;
 #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) y[(i0 + c) * n + j0 + r] = _mm512_reduce_add_ps(acc[r][c]) + b;
+    for (int c = 0; c < C; ++c) y[(i0 + c) * n + j0 + r] = Finish(acc[r][c], bias, j0 + r);
   }
 }
 
 template <int R>
-TANDEM_AVX512 inline void RowBlockBf16(const float* xe, const float* xo, int64_t kh, int64_t m,
-                                       const uint16_t* w, int64_t n, int64_t k, const float* bias,
-                                       int64_t j0, float* y) {
-  int64_t i = 0;
-  for (; i + 4 <= m; i += 4) MicroKernelBf16<R, 4>(xe, xo, kh, w, n, k, bias, i, j0, y);
-  switch (m - i) {
+TANDEM_AVX512 inline void DirectRowsBf16(const float* xs, int64_t m, const uint16_t* w, int64_t n,
+                                         int64_t k, const float* bias, int64_t j0, float* y) {
+  switch (m) {
+    case 4:
+      DirectTileBf16<R, 4>(xs, m, w, n, k, bias, 0, j0, y);
+      break;
     case 3:
-      MicroKernelBf16<R, 3>(xe, xo, kh, w, n, k, bias, i, j0, y);
+      DirectTileBf16<R, 3>(xs, m, w, n, k, bias, 0, j0, y);
       break;
     case 2:
-      MicroKernelBf16<R, 2>(xe, xo, kh, w, n, k, bias, i, j0, y);
+      DirectTileBf16<R, 2>(xs, m, w, n, k, bias, 0, j0, y);
+      break;
+    default:
+      DirectTileBf16<R, 1>(xs, m, w, n, k, bias, 0, j0, y);
+      break;
+  }
+}
+
+TANDEM_AVX512 void DirectItemBf16(const float* xs, int64_t m, const uint16_t* w, int64_t n,
+                                  int64_t k, const float* bias, int64_t n0, int64_t n1, float* y) {
+  int64_t j = n0;
+  if (m == 1) {
+    for (; j + 8 <= n1; j += 8) DirectTileBf16<8, 1>(xs, m, w, n, k, bias, 0, j, y);
+  }
+  for (; j + 4 <= n1; j += 4) DirectRowsBf16<4>(xs, m, w, n, k, bias, j, y);
+  for (; j < n1; ++j) DirectRowsBf16<1>(xs, m, w, n, k, bias, j, y);
+}
+
+// Blocked path, for more rows of x: the direct path would stream all of x
+// (8 KiB per row at k = 2048) from L2 once per four weight rows and widen
+// every weight once per four rows of x, which left it at half the FMA
+// rate. Here a group of kGroupRows weight rows is walked in k blocks of
+// kBlockChunks chunks: a block of x (m x 2 KiB) stays in L1 for the whole
+// group, each tile of weight rows is widened once per block into `wb`, and
+// the accumulators wait in `accs` between blocks (stored and reloaded
+// unchanged, so the sums are those of the direct path).
+struct BlockScratch {
+  float* wb;    // [kBlockChunks][kBlockTileRows][32]: the widened weights
+  float* accs;  // [kGroupRows][m][16]: the accumulators between k blocks
+};
+
+template <int R>
+TANDEM_AVX512 inline void WidenBlock(const uint16_t* w, int64_t k, int64_t j, int64_t c0,
+                                     int64_t nc, const uint16_t* prefetch, float* wb) {
+  for (int64_t ch = 0; ch < nc; ++ch) {
+    const int64_t l = (c0 + ch) * kChunk;
+    const __mmask32 mask = ChunkMask(k, l);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      if (prefetch != nullptr) {
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + r * k + ch * kChunk), _MM_HINT_T1);
+      }
+      __m512 we, wo;
+      Widen(w + (j + r) * k + l, mask, &we, &wo);
+      _mm512_store_ps(wb + (ch * R + r) * kChunk, we);
+      _mm512_store_ps(wb + (ch * R + r) * kChunk + 16, wo);
+    }
+  }
+}
+
+// Rows [i0, i0 + C) of x against the R widened rows in `wb` (group rows
+// [jr, jr + R)), chunks [c0, c0 + nc).
+template <int R, int C>
+TANDEM_AVX512 inline void BlockTileBf16(const float* xs, int64_t m, const BlockScratch& s,
+                                        int64_t c0, int64_t nc, bool first, bool last, int64_t i0,
+                                        int64_t jr, int64_t j0, int64_t n, const float* bias,
+                                        float* y) {
+  __m512 acc[R][C];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      acc[r][c] =
+          first ? _mm512_setzero_ps() : _mm512_load_ps(s.accs + ((jr + r) * m + i0 + c) * 16);
+    }
+  }
+  for (int64_t ch = 0; ch < nc; ++ch) {
+    __m512 we[R], wo[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      we[r] = _mm512_load_ps(s.wb + (ch * R + r) * kChunk);
+      wo[r] = _mm512_load_ps(s.wb + (ch * R + r) * kChunk + 16);
+    }
+    const float* xc = xs + ((c0 + ch) * m + i0) * kChunk;
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      const __m512 xe = _mm512_load_ps(xc + c * kChunk);
+      const __m512 xo = _mm512_load_ps(xc + c * kChunk + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][c] = Step(acc[r][c], xe, xo, we[r], wo[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      if (last) {
+        y[(i0 + c) * n + j0 + jr + r] = Finish(acc[r][c], bias, j0 + jr + r);
+      } else {
+        _mm512_store_ps(s.accs + ((jr + r) * m + i0 + c) * 16, acc[r][c]);
+      }
+    }
+  }
+}
+
+template <int R>
+TANDEM_AVX512 inline void BlockTilesBf16(const float* xs, int64_t m, const BlockScratch& s,
+                                         int64_t c0, int64_t nc, bool first, bool last, int64_t jr,
+                                         int64_t j0, int64_t n, const float* bias, float* y) {
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4)
+    BlockTileBf16<R, 4>(xs, m, s, c0, nc, first, last, i, jr, j0, n, bias, y);
+  switch (m - i) {
+    case 3:
+      BlockTileBf16<R, 3>(xs, m, s, c0, nc, first, last, i, jr, j0, n, bias, y);
+      break;
+    case 2:
+      BlockTileBf16<R, 2>(xs, m, s, c0, nc, first, last, i, jr, j0, n, bias, y);
       break;
     case 1:
-      MicroKernelBf16<R, 1>(xe, xo, kh, w, n, k, bias, i, j0, y);
+      BlockTileBf16<R, 1>(xs, m, s, c0, nc, first, last, i, jr, j0, n, bias, y);
       break;
     default:
       break;
   }
 }
 
-TANDEM_AVX512 void RowsAvx512Bf16(const float* xe, const float* xo, int64_t kh, int64_t m,
-                                  const uint16_t* w, int64_t n, int64_t k, const float* bias,
-                                  int64_t n0, int64_t n1, float* y) {
-  int64_t j = n0;
-  if (m == 1) {
-    for (; j + 8 <= n1; j += 8) MicroKernelBf16<8, 1>(xe, xo, kh, w, n, k, bias, 0, j, y);
+// Weight rows [j0, j0 + g), g <= kGroupRows.
+TANDEM_AVX512 void BlockItemBf16(const float* xs, int64_t m, const uint16_t* w, int64_t n,
+                                 int64_t k, const float* bias, int64_t j0, int64_t g,
+                                 const BlockScratch& s, float* y) {
+  constexpr int R = kBlockTileRows;
+  const int64_t chunks = (k + kChunk - 1) / kChunk;
+  for (int64_t c0 = 0; c0 < chunks; c0 += kBlockChunks) {
+    const int64_t nc = std::min(kBlockChunks, chunks - c0);
+    const bool first = c0 == 0, last = c0 + nc == chunks;
+    int64_t jr = 0;
+    for (; jr + R <= g; jr += R) {
+      // While this block computes, fetch what these rows read next: their
+      // next block, or the next group's first (else DRAM idles while the
+      // widened block is reused from L1).
+      const uint16_t* next = nullptr;
+      if (!last) {
+        next = w + (j0 + jr) * k + (c0 + nc) * kChunk;
+      } else if (j0 + kGroupRows + jr + R <= n) {
+        next = w + (j0 + kGroupRows + jr) * k;
+      }
+      WidenBlock<R>(w, k, j0 + jr, c0, nc, next, s.wb);
+      BlockTilesBf16<R>(xs, m, s, c0, nc, first, last, jr, j0, n, bias, y);
+    }
+    for (; jr < g; ++jr) {
+      WidenBlock<1>(w, k, j0 + jr, c0, nc, nullptr, s.wb);
+      BlockTilesBf16<1>(xs, m, s, c0, nc, first, last, jr, j0, n, bias, y);
+    }
   }
-  for (; j + 4 <= n1; j += 4) RowBlockBf16<4>(xe, xo, kh, m, w, n, k, bias, j, y);
-  for (; j < n1; ++j) RowBlockBf16<1>(xe, xo, kh, m, w, n, k, bias, j, y);
 }
 
-template <typename W>
-TANDEM_AVX512 void RowsAvx512(const float* x, int64_t m, const W* w, int64_t n, int64_t k,
-                              const float* bias, int64_t n0, int64_t n1, float* y) {
-  int64_t j = n0;
-  if (m == 1) {
-    // One row of x: eight weight rows give eight independent chains.
-    for (; j + 8 <= n1; j += 8) MicroKernel<8, 1>(x, w, n, k, bias, 0, j, y);
+void LinearAvx512Bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k,
+                      const float* bias, float* y, bool parallel) {
+  const int64_t chunks = (k + kChunk - 1) / kChunk;
+  // The calling thread's; read by all the team.
+  thread_local std::vector<float> split;
+  float* xs = AlignedScratch(split, chunks * m * kChunk);
+  const bool blocked = m > kDirectMaxRows;
+  const int64_t item_rows = blocked ? kGroupRows : kDirectItemRows;
+  const int64_t items = (n + item_rows - 1) / item_rows;
+#pragma omp parallel if (parallel)
+  {
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) SplitChunkBf16(x, m, k, c, xs);
+    // (The implicit barrier: every chunk is split before any tile reads.)
+    BlockScratch s{nullptr, nullptr};
+    if (blocked) {
+      thread_local std::vector<float> scratch;  // this worker's
+      s.wb = AlignedScratch(scratch, kBlockChunks * kBlockTileRows * kChunk + kGroupRows * m * 16);
+      s.accs = s.wb + kBlockChunks * kBlockTileRows * kChunk;
+    }
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < items; ++b) {
+      const int64_t n0 = b * item_rows;
+      const int64_t n1 = std::min(n, n0 + item_rows);
+      if (blocked) {
+        BlockItemBf16(xs, m, w, n, k, bias, n0, n1 - n0, s, y);
+      } else {
+        DirectItemBf16(xs, m, w, n, k, bias, n0, n1, y);
+      }
+    }
   }
-  for (; j + 4 <= n1; j += 4) RowBlock<4>(x, m, w, n, k, bias, j, y);
-  for (; j < n1; ++j) RowBlock<1>(x, m, w, n, k, bias, j, y);
 }
 
 bool UseAvx512() { return MaxKernelIsa() >= KernelIsa::kAvx512; }
@@ -234,50 +457,25 @@ void SmallBatchLinear(const float* x, int64_t m, const void* w, bool w_bf16, int
   TANDEM_CHECK(m >= 0 && n > 0 && k > 0);
   if (m == 0) return;
   const bool avx512 = allow_avx512 && UseAvx512();
+  const bool parallel = n * k * m > (1 << 15);
+  if (w_bf16 && avx512) {
+    LinearAvx512Bf16(x, m, static_cast<const uint16_t*>(w), n, k, bias, y, parallel);
+    return;
+  }
   // Blocks of weight rows: small enough to balance threads, large enough to
   // keep the per-block overhead negligible.
   constexpr int64_t kBlock = 32;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-  const bool parallel = n * k * m > (1 << 15);
-  // bf16 on AVX-512: x split into even and odd elements (this thread's
-  // scratch, read by all; grown once).
-  thread_local std::vector<float> split;
-  const int64_t kh = (k + 31) / 32 * 16;
-  const float* xe = nullptr;
-  const float* xo = nullptr;
-  if (w_bf16 && avx512) {
-    if (static_cast<int64_t>(split.size()) < 2 * m * kh) {
-      split.resize(static_cast<size_t>(2 * m * kh));
-    }
-    float* e = split.data();
-    float* o = e + m * kh;
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t h = 0; h < kh; ++h) {
-        e[i * kh + h] = 2 * h < k ? x[i * k + 2 * h] : 0.0f;
-        o[i * kh + h] = 2 * h + 1 < k ? x[i * k + 2 * h + 1] : 0.0f;
-      }
-    }
-    xe = e;
-    xo = o;
-  }
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t n0 = b * kBlock;
     const int64_t n1 = std::min(n, n0 + kBlock);
     if (w_bf16) {
-      const auto* wb = static_cast<const uint16_t*>(w);
-      if (avx512) {
-        RowsAvx512Bf16(xe, xo, kh, m, wb, n, k, bias, n0, n1, y);
-      } else {
-        RowsPortableBf16(x, m, wb, n, k, bias, n0, n1, y);
-      }
+      RowsPortableBf16(x, m, static_cast<const uint16_t*>(w), n, k, bias, n0, n1, y);
+    } else if (avx512) {
+      RowsAvx512F32(x, m, static_cast<const float*>(w), n, k, bias, n0, n1, y);
     } else {
-      const auto* wf = static_cast<const float*>(w);
-      if (avx512) {
-        RowsAvx512(x, m, wf, n, k, bias, n0, n1, y);
-      } else {
-        RowsPortableF32(x, m, wf, n, k, bias, n0, n1, y);
-      }
+      RowsPortableF32(x, m, static_cast<const float*>(w), n, k, bias, n0, n1, y);
     }
   }
 }

@@ -1,8 +1,16 @@
 // Small-batch linear kernel: y[m, n] = x[m, k] · w[n, k]^T (+ bias) for a
-// few rows of x, streaming each row of the row-major weight exactly once.
+// few rows of x, streaming each row of the row-major weight once per call.
 // oneDNN 2.6's matmul repacks a `ba` (in place, [N, K] row-major) weight on
 // every call, which dominates at decode batch sizes; this kernel reads the
 // weight where it lies. Internal to ops.
+//
+// Batch invariance: the result for a row of x is bit-identical whatever
+// the other rows of the call are and however many there are (Linear sends
+// batches of up to SmallBatchMaxRows rows here, linear.h). Every output element is accumulated the
+// same way in every code path of one instruction-set level: in vector lanes, over k in order, then
+// reduced by the same fixed tree, then the bias is added; the tiles that group rows of x and of w
+// only decide which elements are computed together, never how. (Different instruction-set levels
+// round differently; one process uses one.)
 #ifndef TANDEM_CPU_WORKER_OPS_GEMV_H_
 #define TANDEM_CPU_WORKER_OPS_GEMV_H_
 
@@ -10,20 +18,23 @@
 
 namespace tandem::ops::internal {
 
-// Batches up to this many rows go through SmallBatchLinear, larger ones
-// through oneDNN. Measured on Sapphire Rapids at N = K = 2048, one thread:
-// f32 breaks even near 10 rows; bf16 near 5, where oneDNN's AMX kernels
-// take over.
-inline constexpr int64_t kSmallBatchMaxRowsF32 = 8;
-inline constexpr int64_t kSmallBatchMaxRowsBf16 = 4;
-
 // `w` is [n, k] f32, or bf16 (raw uint16_t) if `w_bf16`; x, y, bias f32.
-// bf16 weights are widened exactly, so x · w is computed in f32 either way.
-// Any m works (it is just slow for large m). Threads over n with OpenMP.
+// bf16 weights are widened exactly and multiplied by the f32 activations
+// (x is not rounded), accumulating in f32. Any m works: it is
+// compute-bound from ~8 rows (f32 FMAs do at most 32 multiply-adds per
+// cycle per core), where oneDNN's AMX GEMM is not. Threads over n with OpenMP (static schedule, so
+// a call's threads split n the same way every time).
+//
 // The AVX-512 kernels run where MaxKernelIsa() allows (TANDEM_CPU_ISA=avx2
 // or scalar rules them out); `allow_avx512 = false` forces the portable
 // kernel (for tests). For bf16 they use a thread-local copy of x split into
-// even and odd elements (about m * k floats, grown once).
+// even and odd elements (about m * k floats, grown once) and, per worker
+// thread, a few KiB of scratch grown once.
+//
+// Why not AVX512-BF16's vdpbf16ps: on Sapphire Rapids it retires one per
+// two cycles and occupies both FMA ports, 16 bf16 multiply-adds per cycle
+// against 32 for f32 FMAs on exactly widened weights (a shift and a mask
+// per 32 weights), and it would round x to bf16.
 void SmallBatchLinear(const float* x, int64_t m, const void* w, bool w_bf16, int64_t n, int64_t k,
                       const float* bias, float* y, bool allow_avx512 = true);
 

@@ -137,7 +137,7 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
     return;
   }
   const bool bf16 = w.compute_type() == ComputeType::kBF16;
-  if (m <= (bf16 ? internal::kSmallBatchMaxRowsBf16 : internal::kSmallBatchMaxRowsF32)) {
+  if (m <= internal::SmallBatchMaxRows(w.compute_type())) {
     // Decode-sized batches: stream the in-place weight once (oneDNN would
     // repack it on every call).
     internal::SmallBatchLinear(x, m, w.data(), bf16, w.rows(), w.cols(), bias, y);
@@ -147,13 +147,58 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
     internal::OnednnMatmul(x, m, w.data(), w.rows(), w.cols(), bias, internal::MatmulType::kF32, y);
     return;
   }
+  // x in bf16, zero rows up to the primitive's size (the padding rows'
+  // outputs are dropped).
+  const bool weight_as_src = m <= internal::kWeightAsSrcMaxRows && internal::OnednnBf16UsesAmx();
+  const int64_t rows = weight_as_src ? (m + 15) / 16 * 16 : internal::OnednnRows(m);
   thread_local std::vector<uint16_t> xb;
+  thread_local std::vector<float> yb;
   const int64_t elems = m * w.cols();
-  if (static_cast<int64_t>(xb.size()) < elems) xb.resize(static_cast<size_t>(elems));
+  if (static_cast<int64_t>(xb.size()) < rows * w.cols()) {
+    xb.resize(static_cast<size_t>(rows * w.cols()));
+  }
   ConvertToBf16(x, elems, xb.data());
-  internal::OnednnMatmul(xb.data(), m, w.data(), w.rows(), w.cols(), bias,
-                         internal::MatmulType::kBF16, y);
+  std::fill(xb.begin() + elems, xb.begin() + rows * w.cols(), uint16_t{0});
+  if (weight_as_src) {
+    internal::OnednnMatmulWeightAsSrc(xb.data(), m, rows, static_cast<const uint16_t*>(w.data()),
+                                      w.rows(), w.cols(), bias, y);
+    return;
+  }
+  float* out = y;
+  if (rows != m) {
+    if (static_cast<int64_t>(yb.size()) < rows * w.rows()) {
+      yb.resize(static_cast<size_t>(rows * w.rows()));
+    }
+    out = yb.data();
+  }
+  internal::OnednnMatmul(xb.data(), rows, w.data(), w.rows(), w.cols(), bias,
+                         internal::MatmulType::kBF16, out);
+  if (rows != m) std::copy_n(yb.data(), m * w.rows(), y);
 }
+
+namespace internal {
+
+// Measured on the 2-core Sapphire Rapids VM (cold weights of the dense
+// synthetic model's layers, fastest call of several; linear_bench.cc has a
+// side-by-side): with AMX, oneDNN with the weight as source operand (x
+// padded to 16 rows) ties the small-batch kernel at 4 rows and is 1.25x
+// faster at 8 (the kernel is compute-bound from there: f32 FMAs against
+// AMX tiles), 2x at 16; the kernel stays 1.2x faster at 1 row. Without AMX,
+// oneDNN's AVX512-BF16 dot products run at half the FMA rate and the
+// kernel wins up to 16 rows. f32 weights break even near 8-10 rows.
+int64_t SmallBatchMaxRows(ComputeType t) {
+  if (t != ComputeType::kBF16) return 8;
+  return OnednnBf16UsesAmx() ? 4 : 16;
+}
+
+int64_t OnednnRows(int64_t m) {
+  TANDEM_CHECK(m > 0);
+  const auto pow2 = static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(m)));
+  const int64_t granule = std::max<int64_t>(16, pow2 / 8);
+  return (m + granule - 1) / granule * granule;
+}
+
+}  // namespace internal
 
 void ReferenceLinear(const float* x, int64_t m, const float* w, int64_t n, int64_t k,
                      const float* bias, float* y) {

@@ -7,11 +7,21 @@
 // dequantized values); the quantized kernels round the activations to int8
 // per block of 32 (quant_gemv.h). GEMMs run through oneDNN; Reference*
 // functions are the plain loops every fast path is tested against.
-// Decode-sized batches (up to 8 rows for f32 weights, 4 for bf16) take a
-// kernel that streams the in-place weight once, since oneDNN 2.6 repacks an
-// in-place [N, K] weight on every call; it multiplies f32 activations by the
-// exactly widened weights. Larger bf16 batches round activations to bf16 and
-// run on oneDNN's AVX512-BF16/AMX kernels (f32 accumulation either way).
+// Decode-sized batches (internal::SmallBatchMaxRows) take a kernel that
+// streams the in-place weight once, since oneDNN 2.6 repacks an in-place
+// [N, K] weight on every call; it multiplies f32 activations by the exactly
+// widened weights. Larger bf16 batches round activations to bf16 and run on
+// oneDNN's AVX512-BF16/AMX kernels (f32 accumulation either way): up to
+// internal::kWeightAsSrcMaxRows rows on AMX with the weight as oneDNN's
+// source operand (read in place), above that as a normal GEMM.
+//
+// Batch invariance: a row's result is the same bits whatever else shares
+// the call, for batches of up to SmallBatchMaxRows rows (4 with AMX, else
+// 16; the small-batch kernel's accumulation order does not depend on m),
+// and on AMX within 5-16 and within 17-32 rows (one oneDNN primitive, of
+// N = 16 or 32, serves each class; tested, as oneDNN does not promise it).
+// Across classes and above 32 rows, results differ by f32 summation order
+// and, across the first boundary, by the bf16 rounding of the activations.
 #ifndef TANDEM_CPU_WORKER_OPS_LINEAR_H_
 #define TANDEM_CPU_WORKER_OPS_LINEAR_H_
 
@@ -27,9 +37,9 @@ namespace tandem::ops {
 // The caller's wish for how weights compute:
 //   kF32        everything in f32 (quantized blocks dequantized once at load);
 //   kBF16       bf16 weights in bf16 where the CPU has AVX512-BF16, the rest
-//               as kF32 (the default: a row's result does not depend on how
-//               many rows share the call beyond f32 rounding, so batched and
-//               single requests agree);
+//               as kF32 (the default; a decode step gives a sequence the
+//               same logits whoever it is batched with, within the batch
+//               classes above);
 //   kQuantized  as kBF16, and GGUF Q8_0/Q4_0/Q4_1 blocks computed in place
 //               (int8 activations per 32-block on VNNI/AVX2 for up to a few
 //               rows, dequantized bf16 panels through the GEMM above): a
@@ -83,10 +93,27 @@ class LinearWeight {
 };
 
 // y[M, N] = x[M, K] · W^T + bias. `bias` may be null. Thread-safe; caches
-// oneDNN primitives per shape. Quantized weights: decode-sized
-// batches take the int8 kernels, larger ones dequantize panels of the
-// weight for oneDNN's GEMM (quant_gemv.h says where the switch lies).
+// oneDNN primitives per shape (bf16: with M rounded up to a few sizes per
+// octave, OnednnRows). Quantized weights: decode-sized batches take the
+// int8 kernels, larger ones dequantize panels of the weight for oneDNN's
+// GEMM (quant_gemv.h says where the switch lies).
 void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y);
+
+namespace internal {
+// The most rows Linear sends to the small-batch kernel (gemv.h) for
+// weights computing in `t` (kF32 or kBF16); larger batches go to oneDNN.
+int64_t SmallBatchMaxRows(ComputeType t);
+// On AMX, bf16 batches above SmallBatchMaxRows and up to this many rows run
+// oneDNN with the weight as its source operand, their rows rounded up to 16
+// or 32 (onednn_matmul.h: OnednnMatmulWeightAsSrc).
+inline constexpr int64_t kWeightAsSrcMaxRows = 32;
+// The rows a bf16 oneDNN GEMM of m rows runs with: m rounded up to a
+// multiple of max(16, 2^floor(log2 m) / 8), so that prefill and MoE expert
+// batches of every size share a few primitives per octave (creating one
+// takes about as long as running it) at most 1/8 extra rows; AMX computes
+// 16-row tiles, so rounding up to 16 costs it nothing.
+int64_t OnednnRows(int64_t m);
+}  // namespace internal
 
 // Plain triple loop on an f32 weight [N, K], accumulating in double.
 void ReferenceLinear(const float* x, int64_t m, const float* w, int64_t n, int64_t k,

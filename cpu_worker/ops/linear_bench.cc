@@ -24,7 +24,9 @@
 #include "common/dtype.h"
 #include "common/quant.h"
 #include "cpu_worker/ops/cpu_features.h"
+#include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/linear.h"
+#include "cpu_worker/ops/onednn_matmul.h"
 #include "cpu_worker/ops/quant_gemv.h"
 
 namespace tandem::ops {
@@ -100,9 +102,9 @@ void BM_Linear(benchmark::State& state, DType t) {
                                   : (w[0].compute_type() == ComputeType::kBF16 ? "bf16" : "f32"));
 }
 
-// m = 1: a decode step of one sequence; 4, 8, 16: decode batches.
+// m = 1: a decode step of one sequence; 4 .. 32: decode batches.
 #define TANDEM_DECODE_ARGS \
-  ArgsProduct({{1, 4, 8, 16}, {0, 1}})->ArgNames({"m", "cold"})->UseRealTime()->MinTime(0.5)
+  ArgsProduct({{1, 4, 8, 12, 16, 32}, {0, 1}})->ArgNames({"m", "cold"})->UseRealTime()->MinTime(0.5)
 BENCHMARK_CAPTURE(BM_Linear, f32, DType::kF32)->TANDEM_DECODE_ARGS;
 BENCHMARK_CAPTURE(BM_Linear, bf16, DType::kBF16)->TANDEM_DECODE_ARGS;
 BENCHMARK_CAPTURE(BM_Linear, q8_0, DType::kQ8_0)->TANDEM_DECODE_ARGS;
@@ -148,6 +150,56 @@ BENCHMARK_CAPTURE(BM_QuantPath, q8_0, DType::kQ8_0)
 BENCHMARK_CAPTURE(BM_QuantPath, q4_0, DType::kQ4_0)
     ->ArgsProduct({{8, 16, 32, 64}, {0, 1}})
     ->ArgNames({"m", "gemm"})
+    ->UseRealTime()
+    ->MinTime(0.5);
+
+// Where the bf16 small-batch kernel should hand over to oneDNN (linear.h:
+// internal::SmallBatchMaxRows): the same cold weights through the kernel
+// (arg path 0), oneDNN's GEMM with x rounded to bf16 (path 1) and oneDNN
+// with the weight as source operand, x padded to 16 or 32 rows (path 2),
+// as Linear runs them.
+void BM_Bf16SmallBatchPaths(benchmark::State& state) {
+  if (!CpuHasBf16()) {
+    state.SkipWithError("no AVX512-BF16 (or TANDEM_CPU_ISA=f32)");
+    return;
+  }
+  const int64_t m = state.range(0);
+  const int64_t path = state.range(1);
+  const int64_t bytes = kN * kK * 2;
+  const auto w = MakeWeights(DType::kBF16, static_cast<int>((kColdBytes + bytes - 1) / bytes));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * kK)), y(static_cast<size_t>(m * kN));
+  for (auto& v : x) v = dist(rng);
+  const int64_t cols = (m + 15) / 16 * 16;
+  std::vector<uint16_t> xb(static_cast<size_t>(cols * kK), 0);
+  size_t next = 0;
+  for (auto _ : state) {
+    const void* wp = w[next].data();
+    if (path == 0) {
+      internal::SmallBatchLinear(x.data(), m, wp, /*w_bf16=*/true, kN, kK, nullptr, y.data());
+    } else {
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = F32ToBf16(x[i]);
+      if (path == 1) {
+        internal::OnednnMatmul(xb.data(), m, wp, kN, kK, nullptr, internal::MatmulType::kBF16,
+                               y.data());
+      } else {
+        internal::OnednnMatmulWeightAsSrc(xb.data(), m, cols, static_cast<const uint16_t*>(wp), kN,
+                                          kK, nullptr, y.data());
+      }
+    }
+    next = next + 1 == w.size() ? 0 : next + 1;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m) * kN * kK * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["W_GB/s"] = benchmark::Counter(static_cast<double>(bytes) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Bf16SmallBatchPaths)
+    ->ArgsProduct({{1, 4, 8, 12, 16, 24, 32}, {0, 1, 2}})
+    ->ArgNames({"m", "path"})
     ->UseRealTime()
     ->MinTime(0.5);
 

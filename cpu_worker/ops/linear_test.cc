@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <ostream>
 #include <random>
 #include <string>
@@ -144,7 +146,7 @@ TEST(LinearTest, Bf16MatchesReference) {
       // (larger batches) rounds the activations to bf16, the small-batch
       // kernel keeps them f32. Only f32 accumulation error remains.
       std::vector<float> x_used = x;
-      if (s.m > internal::kSmallBatchMaxRowsBf16) {
+      if (s.m > internal::SmallBatchMaxRows(ComputeType::kBF16)) {
         for (auto& v : x_used) v = Bf16ToF32(F32ToBf16(v));
       }
       ExpectClose(x_used, s.m, w_rounded, s.n, s.k, bias, y, 1e-5,
@@ -276,6 +278,153 @@ TEST(LinearTest, SmallBatchKernelAndSwitchover) {
       }
     }
   }
+}
+
+// A weight in both storages: f32 values exactly representable in bf16.
+struct TestWeight {
+  std::vector<uint16_t> bf16;  // [n, k]
+  std::vector<float> f32;      // [n, k], the same values
+};
+
+TestWeight RandomWeight(std::mt19937& rng, int64_t n, int64_t k) {
+  TestWeight w;
+  w.f32 = RandomVec(rng, n * k);
+  w.bf16.resize(w.f32.size());
+  for (size_t i = 0; i < w.f32.size(); ++i) {
+    w.bf16[i] = F32ToBf16(w.f32[i]);
+    w.f32[i] = Bf16ToF32(w.bf16[i]);
+  }
+  return w;
+}
+
+// Shapes for the small-batch kernels: n below, at and past the row groups
+// (4, 8, 16, 32 rows), k odd, below one 32-element step, and across several
+// 512-element blocks with a tail; big enough to run on several threads.
+constexpr std::pair<int64_t, int64_t> kKernelShapes[] = {
+    {1, 1}, {5, 3}, {16, 31}, {17, 32}, {37, 70}, {33, 513}, {300, 1030}, {70, 2049}};
+
+// The small-batch kernels against the reference for every m up to twice the
+// switch to oneDNN (the kernels take any m), with and without bias, on the
+// AVX-512 and the portable paths.
+TEST(LinearTest, SmallBatchKernelsMatchReference) {
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  const int64_t max_m = 2 * std::max(internal::SmallBatchMaxRows(ComputeType::kBF16),
+                                     internal::SmallBatchMaxRows(ComputeType::kF32));
+  for (const auto& [n, k] : kKernelShapes) {
+    const TestWeight w = RandomWeight(rng, n, k);
+    const auto b = RandomVec(rng, n);
+    for (int64_t m = 1; m <= max_m; ++m) {
+      const auto x = RandomVec(rng, m * k);
+      std::vector<float> y(static_cast<size_t>(m * n));
+      for (bool w_bf16 : {true, false}) {
+        for (bool avx512 : {true, false}) {
+          for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
+            std::fill(y.begin(), y.end(), NAN);
+            internal::SmallBatchLinear(x.data(), m,
+                                       w_bf16 ? static_cast<const void*>(w.bf16.data())
+                                              : static_cast<const void*>(w.f32.data()),
+                                       w_bf16, n, k, bias, y.data(), avx512);
+            ExpectClose(x, m, w.f32, n, k, bias, y, 1e-5,
+                        absl::StrCat("m=", m, " n=", n, " k=", k, w_bf16 ? " bf16" : " f32",
+                                     avx512 ? "" : " portable", bias ? " bias" : ""));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Batch invariance: a row of x gives the same bits at any position of any
+// batch of a size class, whatever the other rows hold, through Linear as
+// the engine calls it (classes as linear.h lists them) and through both
+// small-batch kernel paths (any size).
+TEST(LinearTest, RowResultDoesNotDependOnBatch) {
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  for (const auto& [n, k] : kKernelShapes) {
+    const TestWeight w = RandomWeight(rng, n, k);
+    const auto b = RandomVec(rng, n);
+    auto lw32 =
+        LinearWeight::Create(View(DType::kF32, {n, k}, w.f32.data(), n * k * 4), ComputeType::kF32);
+    auto lw16 = LinearWeight::Create(View(DType::kBF16, {n, k}, w.bf16.data(), n * k * 2),
+                                     ComputeType::kBF16);
+    ASSERT_TRUE(lw32.ok() && lw16.ok());
+    // One way of computing a batch, and the batch sizes [lo, hi] it gives a
+    // row the same result for.
+    struct Path {
+      std::string name;
+      int64_t lo, hi;
+      std::function<void(const float*, int64_t, float*)> run;
+    };
+    std::vector<Path> paths;
+    for (bool w_bf16 : {true, false}) {
+      const void* wp =
+          w_bf16 ? static_cast<const void*>(w.bf16.data()) : static_cast<const void*>(w.f32.data());
+      for (bool avx512 : {true, false}) {
+        paths.push_back(
+            {absl::StrCat(w_bf16 ? "bf16" : "f32", " kernel", avx512 ? "" : " portable"), 1, 16,
+             [=, &b](const float* x, int64_t m, float* y) {
+               internal::SmallBatchLinear(x, m, wp, w_bf16, n, k, b.data(), y, avx512);
+             }});
+      }
+    }
+    for (const LinearWeight* lw : {&*lw32, &*lw16}) {
+      const ComputeType t = lw->compute_type();
+      const int64_t small = internal::SmallBatchMaxRows(t);
+      std::vector<std::pair<int64_t, int64_t>> classes = {{1, small}};
+      if (t == ComputeType::kBF16 && internal::OnednnBf16UsesAmx()) {
+        for (int64_t hi = 16; hi <= internal::kWeightAsSrcMaxRows; hi += 16) {
+          classes.push_back({std::max(small + 1, hi - 15), hi});
+        }
+      }
+      for (const auto& [lo, hi] : classes) {
+        paths.push_back(
+            {absl::StrCat("Linear ", t == ComputeType::kBF16 ? "bf16" : "f32",
+                          lw->storage() == WeightStorage::kBF16 ? "" : " (f32 storage)"),
+             lo, hi,
+             [lw, &b](const float* x, int64_t m, float* y) { Linear(x, m, *lw, b.data(), y); }});
+      }
+    }
+    for (const Path& p : paths) {
+      // The row first in a batch of the smallest size, then anywhere in
+      // batches of every size of the class, the other rows at another scale.
+      const auto row = RandomVec(rng, k);
+      std::vector<float> first;
+      for (int64_t m = p.lo; m <= p.hi; ++m) {
+        const int64_t at =
+            first.empty() ? 0 : std::uniform_int_distribution<int64_t>(0, m - 1)(rng);
+        auto x = RandomVec(rng, m * k, 3.0f);
+        std::copy(row.begin(), row.end(), x.begin() + at * k);
+        std::vector<float> y(static_cast<size_t>(m * n));
+        p.run(x.data(), m, y.data());
+        if (first.empty()) {
+          first.assign(y.begin(), y.begin() + n);
+          continue;
+        }
+        ASSERT_EQ(std::memcmp(y.data() + at * n, first.data(), sizeof(float) * n), 0)
+            << p.name << ": row " << at << " of " << m << " differs from row 0 of " << p.lo
+            << ", n=" << n << " k=" << k;
+      }
+    }
+  }
+}
+
+TEST(LinearTest, OnednnRowsRoundsUpALittle) {
+  for (int64_t m = 1; m <= 5000; ++m) {
+    const int64_t r = internal::OnednnRows(m);
+    ASSERT_GE(r, m);
+    ASSERT_EQ(r % 16, 0) << m;
+    ASSERT_LT(r, m + std::max<int64_t>(16, m / 8)) << m;
+    ASSERT_EQ(internal::OnednnRows(r), r) << m;
+  }
+  // A few primitives per octave.
+  std::vector<int64_t> sizes;
+  for (int64_t m = 1025; m <= 2048; ++m) sizes.push_back(internal::OnednnRows(m));
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  EXPECT_EQ(sizes.size(), 8u);
 }
 
 TEST(LinearTest, CreateRejectsBadViews) {

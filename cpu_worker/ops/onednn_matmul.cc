@@ -1,8 +1,10 @@
 #include "cpu_worker/ops/onednn_matmul.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -15,7 +17,8 @@
 namespace tandem::ops::internal {
 namespace {
 
-using Key = std::tuple<int64_t, int64_t, int64_t, int, bool>;  // m, n, k, type, bias
+// m, n, k, type, bias, weight as source (then m is the primitive's N).
+using Key = std::tuple<int64_t, int64_t, int64_t, int, bool, bool>;
 
 struct Entry {
   dnnl::matmul prim;
@@ -45,16 +48,35 @@ const dnnl::engine& Engine() {
   __builtin_unreachable();
 }
 
-std::shared_ptr<const Entry> CreateEntry(int64_t m, int64_t n, int64_t k, MatmulType type,
-                                         bool has_bias) {
+// The memory descriptors of src, weights and dst. Normally src is x [m, k]
+// and the weight, [n, k] row-major, is the [k, n] matrix in column-major
+// order. With the weight as source: src is w [n, k], the weights operand
+// is x^T ([k, m], x row-major) and dst is y^T [n, m].
+struct Descs {
+  dnnl::memory::desc src, wei, dst;
+};
+
+Descs MakeDescs(int64_t m, int64_t n, int64_t k, MatmulType type, bool weight_as_src) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   const dt in = type == MatmulType::kBF16 ? dt::bf16 : dt::f32;
+  if (weight_as_src) {
+    return {dnnl::memory::desc({n, k}, in, tag::ab), dnnl::memory::desc({k, m}, in, tag::ba),
+            dnnl::memory::desc({n, m}, dt::f32, tag::ab)};
+  }
+  return {dnnl::memory::desc({m, k}, in, tag::ab), dnnl::memory::desc({k, n}, in, tag::ba),
+          dnnl::memory::desc({m, n}, dt::f32, tag::ab)};
+}
+
+std::shared_ptr<const Entry> CreateEntry(int64_t m, int64_t n, int64_t k, MatmulType type,
+                                         bool has_bias, bool weight_as_src) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
   try {
-    dnnl::memory::desc src_md({m, k}, in, tag::ab);
-    // The [n, k] row-major weight is the [k, n] matrix in column-major order.
-    dnnl::memory::desc wei_md({k, n}, in, tag::ba);
-    dnnl::memory::desc dst_md({m, n}, dt::f32, tag::ab);
+    const Descs d = MakeDescs(m, n, k, type, weight_as_src);
+    const dnnl::memory::desc& src_md = d.src;
+    const dnnl::memory::desc& wei_md = d.wei;
+    const dnnl::memory::desc& dst_md = d.dst;
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     std::unique_ptr<dnnl::matmul::desc> desc;
@@ -75,8 +97,8 @@ std::shared_ptr<const Entry> CreateEntry(int64_t m, int64_t n, int64_t k, Matmul
 }
 
 std::shared_ptr<const Entry> GetEntry(int64_t m, int64_t n, int64_t k, MatmulType type,
-                                      bool has_bias) {
-  const Key key(m, n, k, static_cast<int>(type), has_bias);
+                                      bool has_bias, bool weight_as_src = false) {
+  const Key key(m, n, k, static_cast<int>(type), has_bias, weight_as_src);
   Cache& cache = GetCache();
   {
     std::lock_guard<std::mutex> lock(cache.mu);
@@ -85,7 +107,7 @@ std::shared_ptr<const Entry> GetEntry(int64_t m, int64_t n, int64_t k, MatmulTyp
   }
   // Built outside the lock: creation can take a while and two threads racing
   // on the same key just build it twice.
-  std::shared_ptr<const Entry> entry = CreateEntry(m, n, k, type, has_bias);
+  std::shared_ptr<const Entry> entry = CreateEntry(m, n, k, type, has_bias, weight_as_src);
   std::lock_guard<std::mutex> lock(cache.mu);
   if (cache.map.size() >= kOnednnMatmulCacheLimit) cache.map.clear();
   auto [it, inserted] = cache.map.emplace(key, std::move(entry));
@@ -97,11 +119,45 @@ std::shared_ptr<const Entry> GetEntry(int64_t m, int64_t n, int64_t k, MatmulTyp
 struct ThreadState {
   std::unique_ptr<dnnl::stream> stream;
   std::vector<uint8_t> scratchpad;
+  std::vector<float> yt;  // y^T of OnednnMatmulWeightAsSrc
 };
 
 ThreadState& GetThreadState() {
   thread_local ThreadState state;
   return state;
+}
+
+// Runs `entry`, made by CreateEntry(m, n, k, type, ..., weight_as_src), on
+// src, weights and dst (its operands, so swapped for weight_as_src).
+void Execute(const Entry& entry, int64_t m, int64_t n, int64_t k, MatmulType type,
+             bool weight_as_src, const void* src, const void* wei, float* dst, const float* bias) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  ThreadState& ts = GetThreadState();
+  if (ts.scratchpad.size() < entry.scratchpad_bytes) ts.scratchpad.resize(entry.scratchpad_bytes);
+  try {
+    const dnnl::engine& eng = Engine();
+    if (!ts.stream) ts.stream = std::make_unique<dnnl::stream>(eng);
+    const Descs d = MakeDescs(m, n, k, type, weight_as_src);
+    // oneDNN takes non-const handles; it does not write src/weights/bias.
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, dnnl::memory(d.src, eng, const_cast<void*>(src))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(d.wei, eng, const_cast<void*>(wei))},
+        {DNNL_ARG_DST, dnnl::memory(d.dst, eng, dst)}};
+    if (entry.scratchpad_bytes > 0) {
+      args.emplace(DNNL_ARG_SCRATCHPAD,
+                   dnnl::memory({{static_cast<int64_t>(entry.scratchpad_bytes)}, dt::u8, tag::a},
+                                eng, ts.scratchpad.data()));
+    }
+    if (bias != nullptr) {
+      args.emplace(DNNL_ARG_BIAS,
+                   dnnl::memory({{1, n}, dt::f32, tag::ab}, eng, const_cast<float*>(bias)));
+    }
+    entry.prim.execute(*ts.stream, args);
+    ts.stream->wait();
+  } catch (const dnnl::error& e) {
+    DnnlFailed("matmul execution", e);
+  }
 }
 
 }  // namespace
@@ -113,36 +169,48 @@ void OnednnMatmul(const void* x, int64_t m, const void* w, int64_t n, int64_t k,
   TANDEM_CHECK(w != nullptr && y != nullptr);
   if (m == 0) return;
   std::shared_ptr<const Entry> entry = GetEntry(m, n, k, type, bias != nullptr);
-  ThreadState& ts = GetThreadState();
-  if (ts.scratchpad.size() < entry->scratchpad_bytes) {
-    ts.scratchpad.resize(entry->scratchpad_bytes);
-  }
-  using dt = dnnl::memory::data_type;
-  using tag = dnnl::memory::format_tag;
-  const dt in = type == MatmulType::kBF16 ? dt::bf16 : dt::f32;
-  try {
-    const dnnl::engine& eng = Engine();
-    if (!ts.stream) ts.stream = std::make_unique<dnnl::stream>(eng);
-    // oneDNN takes non-const handles; it does not write src/weights/bias.
-    dnnl::memory src({{m, k}, in, tag::ab}, eng, const_cast<void*>(x));
-    dnnl::memory wei({{k, n}, in, tag::ba}, eng, const_cast<void*>(w));
-    dnnl::memory dst({{m, n}, dt::f32, tag::ab}, eng, y);
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
-    if (entry->scratchpad_bytes > 0) {
-      args.emplace(DNNL_ARG_SCRATCHPAD,
-                   dnnl::memory({{static_cast<int64_t>(entry->scratchpad_bytes)}, dt::u8, tag::a},
-                                eng, ts.scratchpad.data()));
+  Execute(*entry, m, n, k, type, /*weight_as_src=*/false, x, w, y, bias);
+}
+
+void OnednnMatmulWeightAsSrc(const uint16_t* x, int64_t m, int64_t cols, const uint16_t* w,
+                             int64_t n, int64_t k, const float* bias, float* y) {
+  TANDEM_CHECK(m >= 0 && cols >= m && n > 0 && k > 0);
+  TANDEM_CHECK(x != nullptr || m == 0);
+  TANDEM_CHECK(w != nullptr && y != nullptr);
+  if (m == 0) return;
+  // The bias is added below, per row of y^T (oneDNN's bias runs along N).
+  std::shared_ptr<const Entry> entry =
+      GetEntry(cols, n, k, MatmulType::kBF16, /*has_bias=*/false, /*weight_as_src=*/true);
+  std::vector<float>& yt = GetThreadState().yt;
+  if (static_cast<int64_t>(yt.size()) < n * cols) yt.resize(static_cast<size_t>(n * cols));
+  Execute(*entry, cols, n, k, MatmulType::kBF16, /*weight_as_src=*/true, w, x, yt.data(), nullptr);
+  // y = (y^T)^T + bias, in blocks of 64 outputs: their y^T rows (64 lines)
+  // stay in L1 while each row of y is written contiguously.
+  constexpr int64_t kBlock = 64;
+  const float* t = yt.data();
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n * m > (1 << 15))
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t j0 = b * kBlock, j1 = std::min(n, j0 + kBlock);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = j0; j < j1; ++j) {
+        y[i * n + j] = t[j * cols + i] + (bias != nullptr ? bias[j] : 0.0f);
+      }
     }
-    if (bias != nullptr) {
-      args.emplace(DNNL_ARG_BIAS,
-                   dnnl::memory({{1, n}, dt::f32, tag::ab}, eng, const_cast<float*>(bias)));
-    }
-    entry->prim.execute(*ts.stream, args);
-    ts.stream->wait();
-  } catch (const dnnl::error& e) {
-    DnnlFailed("matmul execution", e);
   }
+}
+
+bool OnednnBf16UsesAmx() {
+  static const bool amx = [] {
+    try {
+      const Descs d = MakeDescs(64, 64, 64, MatmulType::kBF16, /*weight_as_src=*/false);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.src, d.wei, d.dst), Engine());
+      return std::string(pd.impl_info_str()).find("amx") != std::string::npos;
+    } catch (const dnnl::error&) {
+      return false;  // no bf16 matmul at all
+    }
+  }();
+  return amx;
 }
 
 size_t OnednnMatmulCacheSize() {

@@ -19,6 +19,23 @@ enum class MatmulType { kF32, kBF16 };
 void OnednnMatmul(const void* x, int64_t m, const void* w, int64_t n, int64_t k, const float* bias,
                   MatmulType type, float* y);
 
+// The same product for bf16 x and w, computed as its transpose w · x^T with
+// the weight as oneDNN's source operand: its brgemm kernels read the source
+// where it lies, while a `ba` weight is repacked on every call. Worth it
+// for decode-sized batches on AMX (OnednnBf16UsesAmx), where this reads the
+// weight ~1.25x faster than the normal GEMM at 8-16 rows. x holds
+// `cols` >= m rows, those past m zero (the caller's padding); `cols` is the
+// primitive's N, so a caller that rounds m up to a few fixed sizes makes a
+// row's result independent of m within each: every column of the product
+// is computed the same way whatever the others hold (linear_test.cc checks
+// it; oneDNN does not document it). y[m, n] and bias as above.
+void OnednnMatmulWeightAsSrc(const uint16_t* x, int64_t m, int64_t cols, const uint16_t* w,
+                             int64_t n, int64_t k, const float* bias, float* y);
+
+// True if oneDNN runs bf16 GEMMs on AMX here (the CPU has it and
+// ONEDNN_MAX_CPU_ISA does not rule it out). Probed once.
+bool OnednnBf16UsesAmx();
+
 // Number of cached primitives (for tests of the cache bound).
 size_t OnednnMatmulCacheSize();
 // Cache entries beyond this are dropped all at once.
