@@ -15,9 +15,9 @@
 namespace tandem::planner {
 namespace {
 
-using hybrimoe::ExpertCosts;
-using hybrimoe::ExpertSplit;
-using hybrimoe::ExpertWork;
+using experts::ExpertCosts;
+using experts::ExpertSplit;
+using experts::ExpertWork;
 
 constexpr int kExpertKernels = 3;  // gate/up GEMM, activation, down GEMM
 constexpr int64_t kKvBlockTokens = 16;
@@ -119,7 +119,7 @@ absl::StatusOr<HybriMoeStep> SimulateStep(const PlanInput& in,
   }
   const ExpertCosts costs = CostsOf(m, hw);
   TANDEM_ASSIGN_OR_RETURN(step.layer_split,
-                          hybrimoe::SplitExperts(work, costs));
+                          experts::SplitExperts(work, costs));
   const ExpertSplit& split = step.layer_split;
 
   StepGraph& g = step.graph;

@@ -22,7 +22,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "coordinator/planner/hybrimoe/expert_split.h"
+#include "common/experts/expert_split.h"
 #include "coordinator/planner/sim/family_plan.h"
 
 namespace tandem::planner {
@@ -69,7 +69,7 @@ absl::StatusOr<HybriMoeLayout> HybriMoeLayoutFor(const PlanInput& in,
 struct HybriMoeStep {
   StepGraph graph;
   SimResult sim;
-  hybrimoe::ExpertSplit layer_split;
+  experts::ExpertSplit layer_split;
   int active_experts = 0;
   int cached_active = 0;
   int64_t tokens_per_expert = 0;

@@ -17,8 +17,8 @@
 //
 // Bookkeeping only: no planner types, no tensors. The gpu_worker's expert
 // cache keeps the weights and asks this class what to keep.
-#ifndef TANDEM_COORDINATOR_PLANNER_HYBRIMOE_EXPERT_SCORE_CACHE_H_
-#define TANDEM_COORDINATOR_PLANNER_HYBRIMOE_EXPERT_SCORE_CACHE_H_
+#ifndef TANDEM_COMMON_EXPERTS_EXPERT_SCORE_CACHE_H_
+#define TANDEM_COMMON_EXPERTS_EXPERT_SCORE_CACHE_H_
 
 #include <cstdint>
 #include <optional>
@@ -28,7 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
-namespace tandem::hybrimoe {
+namespace tandem::experts {
 
 class ExpertScoreCache {
  public:
@@ -89,6 +89,6 @@ class ExpertScoreCache {
   std::vector<int> sizes_;       // [layers]
 };
 
-}  // namespace tandem::hybrimoe
+}  // namespace tandem::experts
 
-#endif  // TANDEM_COORDINATOR_PLANNER_HYBRIMOE_EXPERT_SCORE_CACHE_H_
+#endif  // TANDEM_COMMON_EXPERTS_EXPERT_SCORE_CACHE_H_

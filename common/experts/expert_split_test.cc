@@ -1,4 +1,4 @@
-#include "coordinator/planner/hybrimoe/expert_split.h"
+#include "common/experts/expert_split.h"
 
 #include <cmath>
 #include <limits>
@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 
-namespace tandem::hybrimoe {
+namespace tandem::experts {
 namespace {
 
 // HybriMoE's own linear costs for Mixtral (related.md §2; ms used as the
@@ -127,4 +127,4 @@ TEST(ExpertSplit, RejectsBadInput) {
 }
 
 }  // namespace
-}  // namespace tandem::hybrimoe
+}  // namespace tandem::experts

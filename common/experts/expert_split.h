@@ -21,8 +21,8 @@
 //
 // Pure: no planner types, so the gpu_worker's expert code can call it each
 // step with measured cost functions.
-#ifndef TANDEM_COORDINATOR_PLANNER_HYBRIMOE_EXPERT_SPLIT_H_
-#define TANDEM_COORDINATOR_PLANNER_HYBRIMOE_EXPERT_SPLIT_H_
+#ifndef TANDEM_COMMON_EXPERTS_EXPERT_SPLIT_H_
+#define TANDEM_COMMON_EXPERTS_EXPERT_SPLIT_H_
 
 #include <cstdint>
 #include <functional>
@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
-namespace tandem::hybrimoe {
+namespace tandem::experts {
 
 // One activated expert of the layer this step.
 struct ExpertWork {
@@ -75,6 +75,6 @@ struct ExpertSplit {
 absl::StatusOr<ExpertSplit> SplitExperts(absl::Span<const ExpertWork> experts,
                                          const ExpertCosts& costs);
 
-}  // namespace tandem::hybrimoe
+}  // namespace tandem::experts
 
-#endif  // TANDEM_COORDINATOR_PLANNER_HYBRIMOE_EXPERT_SPLIT_H_
+#endif  // TANDEM_COMMON_EXPERTS_EXPERT_SPLIT_H_

@@ -1,4 +1,4 @@
-#include "coordinator/planner/hybrimoe/expert_split.h"
+#include "common/experts/expert_split.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace tandem::hybrimoe {
+namespace tandem::experts {
 namespace {
 
 absl::StatusOr<double> Checked(double seconds, const char* what,
@@ -89,4 +89,4 @@ absl::StatusOr<ExpertSplit> SplitExperts(absl::Span<const ExpertWork> experts,
   return split;
 }
 
-}  // namespace tandem::hybrimoe
+}  // namespace tandem::experts

@@ -1,11 +1,11 @@
-#include "coordinator/planner/hybrimoe/expert_score_cache.h"
+#include "common/experts/expert_score_cache.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 
-namespace tandem::hybrimoe {
+namespace tandem::experts {
 
 ExpertScoreCache::ExpertScoreCache(int layers, int experts, int capacity,
                                    double alpha)
@@ -158,4 +158,4 @@ absl::StatusOr<std::vector<int>> ExpertScoreCache::PrefetchCandidates(
   return out;
 }
 
-}  // namespace tandem::hybrimoe
+}  // namespace tandem::experts

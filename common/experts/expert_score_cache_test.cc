@@ -1,10 +1,10 @@
-#include "coordinator/planner/hybrimoe/expert_score_cache.h"
+#include "common/experts/expert_score_cache.h"
 
 #include <vector>
 
 #include "gtest/gtest.h"
 
-namespace tandem::hybrimoe {
+namespace tandem::experts {
 namespace {
 
 TEST(ExpertScoreCache, ScoresAdmissionEvictionAndPrefetch) {
@@ -123,4 +123,4 @@ TEST(ExpertScoreCache, RejectsBadInput) {
 }
 
 }  // namespace
-}  // namespace tandem::hybrimoe
+}  // namespace tandem::experts
