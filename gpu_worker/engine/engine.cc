@@ -29,7 +29,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
     return absl::InvalidArgumentError("engine options: sizes must be positive");
   }
   auto e = std::unique_ptr<Engine>(new Engine());
-  TANDEM_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Load(*ckpt, options.compute));
+  TensorParallel tp;
+  if (options.tensor_parallel != nullptr) {
+    tp = {options.tensor_parallel->rank(), options.tensor_parallel->size()};
+    if (tp.size > 1) e->tp_ = options.tensor_parallel;
+  }
+  TANDEM_RETURN_IF_ERROR(CheckTensorParallel(c, tp));
+  const AttentionShard shard = ShardAttention(c, tp);
+  e->heads_ = shard.heads;
+  e->kv_heads_ = shard.kv_heads;
+  TANDEM_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Load(*ckpt, options.compute, tp));
   e->max_context_ = options.max_context > 0 ? options.max_context
                                             : std::min<int64_t>(c.max_position, 8192);
   // Sliding-window attention equals full attention while a sequence fits in
@@ -37,7 +46,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
   if (c.sliding_window > 0) e->max_context_ = std::min(e->max_context_, c.sliding_window);
   const int64_t blocks_per_seq = (e->max_context_ + options.block_size - 1) / options.block_size;
   TANDEM_ASSIGN_OR_RETURN(
-      e->kv_, KvCache::Create(c.num_layers, c.num_kv_heads, c.head_dim,
+      e->kv_, KvCache::Create(c.num_layers, e->kv_heads_, c.head_dim,
                               blocks_per_seq * options.max_sequences, options.block_size));
   e->inv_freq_ = ops::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling);
   // Llama-3.x GGUF files carry their RoPE frequency scaling as per-dimension
@@ -81,6 +90,10 @@ void Engine::Place(const SequenceChunk& s) {
 
 absl::Status Engine::Validate(const std::vector<SequenceChunk>& batch) const {
   if (batch.empty()) return absl::InvalidArgumentError("empty batch");
+  if (tp_ != nullptr && offload_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "expert offload does not combine with tensor parallelism yet");
+  }
   absl::flat_hash_set<int64_t> seen;
   const int64_t vocab = config().vocab_size;
   for (const SequenceChunk& s : batch) {
@@ -98,6 +111,11 @@ absl::Status Engine::Validate(const std::vector<SequenceChunk>& batch) const {
       }
     }
     const int64_t len = SequenceLength(s.seq_id);
+    if (s.cpu_attention && tp_ != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sequence ", s.seq_id, " asks for CPU attention, which does not combine with tensor "
+          "parallelism yet"));
+    }
     if (s.cpu_attention && attn_offload_ == nullptr) {
       return absl::FailedPreconditionError(
           absl::StrCat("sequence ", s.seq_id,
@@ -161,6 +179,7 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
     } else {
       ops::RunMlp(lw.mlp, h_.data(), total, out_.data(), mlp_scratch_);
     }
+    TANDEM_RETURN_IF_ERROR(ReduceOut(total));
     ops::AddScaled(out_.data(), 1.0f, total * hidden, x_.data());
   }
 
@@ -194,7 +213,7 @@ absl::Status Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batc
   const ModelConfig& c = config();
   const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
   const int64_t total = static_cast<int64_t>(positions_.size());
-  const int64_t qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t qd = heads_ * c.head_dim, kvd = kv_heads_ * c.head_dim;
   Grow(q_, total * qd);
   Grow(k_, total * kvd);
   Grow(v_, total * kvd);
@@ -206,17 +225,20 @@ absl::Status Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batc
   ops::Linear(h_.data(), total, lw.k, kb, k_.data());
   ops::Linear(h_.data(), total, lw.v, vb, v_.data());
   if (c.qk_norm == QkNorm::kPerHead) {
-    ops::RmsNorm(q_.data(), total * c.num_heads, c.head_dim, lw.q_norm.data(), c.rms_norm_eps,
+    ops::RmsNorm(q_.data(), total * heads_, c.head_dim, lw.q_norm.data(), c.rms_norm_eps,
                  q_.data());
-    ops::RmsNorm(k_.data(), total * c.num_kv_heads, c.head_dim, lw.k_norm.data(),
-                 c.rms_norm_eps, k_.data());
+    ops::RmsNorm(k_.data(), total * kv_heads_, c.head_dim, lw.k_norm.data(), c.rms_norm_eps,
+                 k_.data());
+  } else if (c.qk_norm == QkNorm::kFull && tp_ != nullptr) {
+    TANDEM_RETURN_IF_ERROR(ShardedFullNorm(q_.data(), total, qd, c.q_dim(), lw.q_norm.data()));
+    TANDEM_RETURN_IF_ERROR(ShardedFullNorm(k_.data(), total, kvd, c.kv_dim(), lw.k_norm.data()));
   } else if (c.qk_norm == QkNorm::kFull) {
     ops::RmsNorm(q_.data(), total, qd, lw.q_norm.data(), c.rms_norm_eps, q_.data());
     ops::RmsNorm(k_.data(), total, kvd, lw.k_norm.data(), c.rms_norm_eps, k_.data());
   }
-  ops::ApplyRope(q_.data(), total, c.num_heads, c.head_dim, positions_.data(), inv_freq_,
+  ops::ApplyRope(q_.data(), total, heads_, c.head_dim, positions_.data(), inv_freq_,
                  c.rope_style);
-  ops::ApplyRope(k_.data(), total, c.num_kv_heads, c.head_dim, positions_.data(), inv_freq_,
+  ops::ApplyRope(k_.data(), total, kv_heads_, c.head_dim, positions_.data(), inv_freq_,
                  c.rope_style);
 
   // A chunk's rows are contiguous in q_/k_/v_/attn_: jobs point into them.
@@ -240,15 +262,54 @@ absl::Status Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batc
     if (!s.cpu_attention) {
       const int32_t* table = kv_->BlockTable(s.seq_id).data();
       ops::WriteKv(layer, table, s.start_pos, n, k_.data() + tok * kvd, v_.data() + tok * kvd);
-      ops::AttendSequence(q_.data() + tok * qd, n, c.num_heads, layer, table, s.start_pos, scale,
+      ops::AttendSequence(q_.data() + tok * qd, n, heads_, layer, table, s.start_pos, scale,
                           attn_.data() + tok * qd);
     }
     tok += n;
   }
 
   if (!attn_jobs_.empty()) TANDEM_RETURN_IF_ERROR(attn_offload_->Collect(l, attn_jobs_));
-  ops::Linear(attn_.data(), total, lw.o, lw.o_bias.empty() ? nullptr : lw.o_bias.data(),
-              out_.data());
+  const float* ob = lw.o_bias.empty() ? nullptr : lw.o_bias.data();
+  if (tp_ == nullptr) {
+    ops::Linear(attn_.data(), total, lw.o, ob, out_.data());
+    return absl::OkStatus();
+  }
+  // Row-parallel: the partial products are summed first, the bias added
+  // once.
+  ops::Linear(attn_.data(), total, lw.o, nullptr, out_.data());
+  TANDEM_RETURN_IF_ERROR(ReduceOut(total));
+  if (ob != nullptr) {
+    for (int64_t t = 0; t < total; ++t) {
+      ops::AddScaled(ob, 1.0f, c.hidden_size, out_.data() + t * c.hidden_size);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ReduceOut(int64_t rows) {
+  if (tp_ == nullptr) return absl::OkStatus();
+  return tp_->Sum(out_.data(), rows * config().hidden_size);
+}
+
+// ops::RmsNorm's formula, x * rsqrt(mean(x^2) + eps) * w, with the mean over
+// the whole projection: each rank's sum of squares per row is all-reduced.
+absl::Status Engine::ShardedFullNorm(float* x, int64_t rows, int64_t dim, int64_t full_dim,
+                                     const float* w) {
+  Grow(sumsq_, rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;  // f32 squares summed in double, as ops::RmsNorm
+    for (int64_t i = 0; i < dim; ++i) {
+      ss += static_cast<double>(x[r * dim + i] * x[r * dim + i]);
+    }
+    sumsq_[static_cast<size_t>(r)] = static_cast<float>(ss);
+  }
+  TANDEM_RETURN_IF_ERROR(tp_->Sum(sumsq_.data(), rows));
+  const float eps = config().rms_norm_eps;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv =
+        1.0f / std::sqrt(sumsq_[static_cast<size_t>(r)] / static_cast<float>(full_dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) x[r * dim + i] = w[i] * (x[r * dim + i] * inv);
+  }
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "common/checkpoint.h"
 #include "cpu_worker/ops/linear.h"
+#include "gpu_worker/engine/all_reduce.h"
 #include "gpu_worker/engine/attention_offload.h"
 #include "gpu_worker/engine/expert_offload.h"
 #include "gpu_worker/engine/kv_cache.h"
@@ -26,6 +27,12 @@ struct EngineOptions {
   int64_t max_context = 0;   // tokens per sequence; 0 = min(model max, 8192)
   int64_t max_sequences = 4;  // sequences whose KV fits at full context at once
   int64_t block_size = 16;
+  // Tensor parallelism (not owned; null = a single rank): this engine holds
+  // rank tensor_parallel->rank()'s slice of the weights and KV heads
+  // (tensor_parallel.h) and sums partial outputs through it. Every rank of
+  // the group must run the same Steps with the same batches. Expert and
+  // attention offloads do not combine with it yet (FailedPrecondition).
+  AllReduce* tensor_parallel = nullptr;
 };
 
 // One sequence's part of a step.
@@ -93,6 +100,13 @@ class Engine {
   void Place(const SequenceChunk& s);
   absl::Status Attention(int64_t layer, const std::vector<SequenceChunk>& batch);
   absl::Status Moe(int64_t layer, const LayerWeights& l, int64_t rows);
+  // Sums a row-parallel layer's partial output out_[rows, hidden] over the
+  // tensor-parallel ranks (a no-op on one rank).
+  absl::Status ReduceOut(int64_t rows);
+  // RMSNorm over the whole q (or k) projection of every row when it is split
+  // over ranks: x[rows, dim] is this rank's part, w its part of the weight.
+  absl::Status ShardedFullNorm(float* x, int64_t rows, int64_t dim, int64_t full_dim,
+                               const float* w);
 
   std::unique_ptr<Checkpoint> ckpt_;
   ModelWeights weights_;
@@ -103,6 +117,9 @@ class Engine {
   absl::flat_hash_set<int64_t> cpu_seqs_;  // sequences whose KV is on attn_offload_
   ExpertOffload* offload_ = nullptr;
   AttentionOffload* attn_offload_ = nullptr;
+  AllReduce* tp_ = nullptr;  // null or a group of one: no tensor parallelism
+  int64_t heads_ = 0;        // query heads of this rank
+  int64_t kv_heads_ = 0;     // KV heads of this rank
 
   // Scratch reused across steps. T = tokens in the step.
   std::vector<float> x_;      // [T, hidden] residual stream
@@ -122,6 +139,7 @@ class Engine {
   std::vector<float> remote_in_;      // [T * top_k, hidden] rows sent to remote experts
   std::vector<float> remote_out_;     // [T * top_k, hidden] their results
   std::vector<AttentionJob> attn_jobs_;  // this layer's cpu_attention sequences
+  std::vector<float> sumsq_;          // [T] ShardedFullNorm's row statistics
 };
 
 }  // namespace tandem

@@ -1,5 +1,7 @@
 #include "gpu_worker/engine/model_weights.h"
 
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -21,55 +23,146 @@ absl::StatusOr<std::vector<float>> LoadVector(const Checkpoint& ckpt, const std:
   return v;
 }
 
-absl::StatusOr<ops::LinearWeight> LoadLinear(const Checkpoint& ckpt, const std::string& name,
-                                             ops::ComputeType prefer) {
-  TANDEM_ASSIGN_OR_RETURN(TensorView t, ckpt.Tensor(name));
-  return ops::LinearWeight::Create(t, prefer);
-}
+// Loads a checkpoint's weights for one tensor-parallel rank: slices are
+// taken from the mapping (rows) or copied into `storage` (columns); with a
+// single rank every weight is used whole, exactly as without sharding.
+class ShardLoader {
+ public:
+  ShardLoader(const Checkpoint& ckpt, ops::ComputeType prefer, const TensorParallel& tp,
+              ShardStorage& storage)
+      : ckpt_(ckpt), prefer_(prefer), tp_(tp), storage_(storage) {}
 
-absl::StatusOr<LayerWeights> LoadLayer(const Checkpoint& ckpt, int64_t i,
-                                       ops::ComputeType prefer) {
+  bool sharded() const { return tp_.size > 1; }
+  const TensorParallel& tp() const { return tp_; }
+
+  // A replicated weight.
+  absl::StatusOr<ops::LinearWeight> Whole(const std::string& name,
+                                          std::optional<ops::ComputeType> prefer = {}) const {
+    TANDEM_ASSIGN_OR_RETURN(TensorView t, ckpt_.Tensor(name));
+    return ops::LinearWeight::Create(t, prefer.value_or(prefer_));
+  }
+  // Column-parallel: output rows [begin, begin + count).
+  absl::StatusOr<ops::LinearWeight> Rows(const TensorView& t, int64_t begin,
+                                         int64_t count) const {
+    if (!sharded()) return ops::LinearWeight::Create(t, prefer_);
+    TANDEM_ASSIGN_OR_RETURN(TensorView s, SliceRows(t, begin, count));
+    return ops::LinearWeight::Create(s, prefer_);
+  }
+  // Row-parallel: input columns [begin, begin + count).
+  absl::StatusOr<ops::LinearWeight> Cols(const TensorView& t, int64_t begin,
+                                         int64_t count) const {
+    if (!sharded()) return ops::LinearWeight::Create(t, prefer_);
+    TANDEM_ASSIGN_OR_RETURN(TensorView s, SliceCols(t, begin, count, storage_));
+    return ops::LinearWeight::Create(s, prefer_);
+  }
+  // Elements [begin, begin + count) of a vector of `expect` elements, as f32.
+  absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t expect,
+                                            int64_t begin, int64_t count) const {
+    TANDEM_ASSIGN_OR_RETURN(TensorView t, ckpt_.Tensor(name));
+    if (t.numel() != expect) {
+      return absl::InvalidArgumentError(absl::StrCat(ckpt_.path(), ": tensor ", name, " has ",
+                                                     t.numel(), " elements, expected ", expect));
+    }
+    TANDEM_ASSIGN_OR_RETURN(TensorView s, SliceVector(t, begin, count));
+    std::vector<float> v(static_cast<size_t>(count));
+    ConvertToF32(s.dtype, s.data, count, v.data());
+    return v;
+  }
+
+  // A SwiGLU MLP split along its intermediate dimension.
+  absl::StatusOr<MlpWeights> Mlp(const TensorView& gate, const TensorView& up,
+                                 const TensorView& down) const {
+    if (gate.rank() != 2) return absl::InvalidArgumentError(absl::StrCat(gate.name, " is not a matrix"));
+    const int64_t ffn = gate.dim(0);
+    TANDEM_ASSIGN_OR_RETURN(const int64_t b,
+                            ShardBegin(ffn, tp_, absl::StrCat(gate.name, "'s ", ffn, " rows")));
+    const int64_t n = ffn / tp_.size;
+    MlpWeights m;
+    TANDEM_ASSIGN_OR_RETURN(m.gate, Rows(gate, b, n));
+    TANDEM_ASSIGN_OR_RETURN(m.up, Rows(up, b, n));
+    TANDEM_ASSIGN_OR_RETURN(m.down, Cols(down, b, n));
+    if (m.up.rows() != n || m.down.cols() != n) {
+      return absl::InvalidArgumentError(absl::StrCat(gate.name, ", ", up.name, " and ", down.name,
+                                                     " disagree on the intermediate size"));
+    }
+    return m;
+  }
+  absl::StatusOr<MlpWeights> DenseMlp(int64_t layer, const std::string& suffix) const {
+    const std::string p = absl::StrCat("blk.", layer, ".");
+    TANDEM_ASSIGN_OR_RETURN(TensorView g, ckpt_.Tensor(p + "ffn_gate" + suffix));
+    TANDEM_ASSIGN_OR_RETURN(TensorView u, ckpt_.Tensor(p + "ffn_up" + suffix));
+    TANDEM_ASSIGN_OR_RETURN(TensorView d, ckpt_.Tensor(p + "ffn_down" + suffix));
+    return Mlp(g, u, d);
+  }
+  absl::StatusOr<MlpWeights> ExpertMlp(int64_t layer, int64_t expert) const {
+    const std::string p = absl::StrCat("blk.", layer, ".");
+    TANDEM_ASSIGN_OR_RETURN(TensorView g, ckpt_.ExpertTensor(p + "ffn_gate_exps", expert));
+    TANDEM_ASSIGN_OR_RETURN(TensorView u, ckpt_.ExpertTensor(p + "ffn_up_exps", expert));
+    TANDEM_ASSIGN_OR_RETURN(TensorView d, ckpt_.ExpertTensor(p + "ffn_down_exps", expert));
+    return Mlp(g, u, d);
+  }
+
+  const Checkpoint& ckpt() const { return ckpt_; }
+
+ private:
+  const Checkpoint& ckpt_;
+  ops::ComputeType prefer_;
+  TensorParallel tp_;
+  ShardStorage& storage_;
+};
+
+absl::StatusOr<LayerWeights> LoadLayer(const ShardLoader& ld, int64_t i) {
+  const Checkpoint& ckpt = ld.ckpt();
   const ModelConfig& c = ckpt.config();
+  const AttentionShard a = ShardAttention(c, ld.tp());
+  const int64_t hd = c.head_dim;
+  const int64_t q0 = a.head_begin * hd, qn = a.heads * hd;
+  const int64_t kv0 = a.kv_head_begin * hd, kvn = a.kv_heads * hd;
   const std::string p = absl::StrCat("blk.", i, ".");
   LayerWeights l;
   TANDEM_ASSIGN_OR_RETURN(l.attn_norm, LoadVector(ckpt, p + "attn_norm.weight", c.hidden_size));
-  TANDEM_ASSIGN_OR_RETURN(l.q, LoadLinear(ckpt, p + "attn_q.weight", prefer));
-  TANDEM_ASSIGN_OR_RETURN(l.k, LoadLinear(ckpt, p + "attn_k.weight", prefer));
-  TANDEM_ASSIGN_OR_RETURN(l.v, LoadLinear(ckpt, p + "attn_v.weight", prefer));
-  TANDEM_ASSIGN_OR_RETURN(l.o, LoadLinear(ckpt, p + "attn_output.weight", prefer));
+  TANDEM_ASSIGN_OR_RETURN(TensorView q, ckpt.Tensor(p + "attn_q.weight"));
+  TANDEM_ASSIGN_OR_RETURN(TensorView k, ckpt.Tensor(p + "attn_k.weight"));
+  TANDEM_ASSIGN_OR_RETURN(TensorView v, ckpt.Tensor(p + "attn_v.weight"));
+  TANDEM_ASSIGN_OR_RETURN(TensorView o, ckpt.Tensor(p + "attn_output.weight"));
+  TANDEM_ASSIGN_OR_RETURN(l.q, ld.Rows(q, q0, qn));
+  TANDEM_ASSIGN_OR_RETURN(l.k, ld.Rows(k, kv0, kvn));
+  TANDEM_ASSIGN_OR_RETURN(l.v, ld.Rows(v, kv0, kvn));
+  TANDEM_ASSIGN_OR_RETURN(l.o, ld.Cols(o, q0, qn));
   if (c.qkv_bias) {
-    TANDEM_ASSIGN_OR_RETURN(l.q_bias, LoadVector(ckpt, p + "attn_q.bias", c.q_dim()));
-    TANDEM_ASSIGN_OR_RETURN(l.k_bias, LoadVector(ckpt, p + "attn_k.bias", c.kv_dim()));
-    TANDEM_ASSIGN_OR_RETURN(l.v_bias, LoadVector(ckpt, p + "attn_v.bias", c.kv_dim()));
+    TANDEM_ASSIGN_OR_RETURN(l.q_bias, ld.Vector(p + "attn_q.bias", c.q_dim(), q0, qn));
+    TANDEM_ASSIGN_OR_RETURN(l.k_bias, ld.Vector(p + "attn_k.bias", c.kv_dim(), kv0, kvn));
+    TANDEM_ASSIGN_OR_RETURN(l.v_bias, ld.Vector(p + "attn_v.bias", c.kv_dim(), kv0, kvn));
   }
   if (c.attn_output_bias) {
     TANDEM_ASSIGN_OR_RETURN(l.o_bias, LoadVector(ckpt, p + "attn_output.bias", c.hidden_size));
   }
-  if (c.qk_norm != QkNorm::kNone) {
-    const bool full = c.qk_norm == QkNorm::kFull;
-    TANDEM_ASSIGN_OR_RETURN(
-        l.q_norm, LoadVector(ckpt, p + "attn_q_norm.weight", full ? c.q_dim() : c.head_dim));
-    TANDEM_ASSIGN_OR_RETURN(
-        l.k_norm, LoadVector(ckpt, p + "attn_k_norm.weight", full ? c.kv_dim() : c.head_dim));
+  if (c.qk_norm == QkNorm::kPerHead) {
+    TANDEM_ASSIGN_OR_RETURN(l.q_norm, LoadVector(ckpt, p + "attn_q_norm.weight", hd));
+    TANDEM_ASSIGN_OR_RETURN(l.k_norm, LoadVector(ckpt, p + "attn_k_norm.weight", hd));
+  } else if (c.qk_norm == QkNorm::kFull) {
+    TANDEM_ASSIGN_OR_RETURN(l.q_norm, ld.Vector(p + "attn_q_norm.weight", c.q_dim(), q0, qn));
+    TANDEM_ASSIGN_OR_RETURN(l.k_norm,
+                            ld.Vector(p + "attn_k_norm.weight", c.kv_dim(), kv0, kvn));
   }
   TANDEM_ASSIGN_OR_RETURN(l.ffn_norm, LoadVector(ckpt, p + "ffn_norm.weight", c.hidden_size));
 
   l.moe = c.IsMoeLayer(i);
   if (!l.moe) {
-    TANDEM_ASSIGN_OR_RETURN(l.mlp, ops::LoadMlp(ckpt, i, ".weight", prefer));
+    TANDEM_ASSIGN_OR_RETURN(l.mlp, ld.DenseMlp(i, ".weight"));
     return l;
   }
-  // The router decides discrete routes: keep it in f32 whatever the GEMM dtype.
-  TANDEM_ASSIGN_OR_RETURN(l.router,
-                          LoadLinear(ckpt, p + "ffn_gate_inp.weight", ops::ComputeType::kF32));
+  // The router decides discrete routes: keep it in f32 whatever the GEMM
+  // dtype, and whole on every rank so that every rank routes alike.
+  TANDEM_ASSIGN_OR_RETURN(l.router, ld.Whole(p + "ffn_gate_inp.weight", ops::ComputeType::kF32));
   l.experts.reserve(static_cast<size_t>(c.num_experts));
   for (int64_t e = 0; e < c.num_experts; ++e) {
-    TANDEM_ASSIGN_OR_RETURN(MlpWeights m, ops::LoadExpertMlp(ckpt, i, e, prefer));
+    TANDEM_ASSIGN_OR_RETURN(MlpWeights m, ld.ExpertMlp(i, e));
     l.experts.push_back(std::move(m));
   }
   if (c.shared_expert_intermediate_size > 0) {
     l.has_shared_expert = true;
-    TANDEM_ASSIGN_OR_RETURN(l.shared, ops::LoadMlp(ckpt, i, "_shexp.weight", prefer));
+    TANDEM_ASSIGN_OR_RETURN(l.shared, ld.DenseMlp(i, "_shexp.weight"));
     TANDEM_ASSIGN_OR_RETURN(l.shared_gate,
                             LoadVector(ckpt, p + "ffn_gate_inp_shexp.weight", c.hidden_size));
   }
@@ -78,16 +171,20 @@ absl::StatusOr<LayerWeights> LoadLayer(const Checkpoint& ckpt, int64_t i,
 
 }  // namespace
 
-absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, ops::ComputeType prefer) {
+absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, ops::ComputeType prefer,
+                                               const TensorParallel& tp) {
   const ModelConfig& c = ckpt.config();
+  TANDEM_RETURN_IF_ERROR(CheckTensorParallel(c, tp));
   ModelWeights w;
+  w.shard_storage = std::make_shared<ShardStorage>();
+  const ShardLoader loader(ckpt, prefer, tp, *w.shard_storage);
   TANDEM_ASSIGN_OR_RETURN(w.token_embd, ckpt.Tensor("token_embd.weight"));
   TANDEM_ASSIGN_OR_RETURN(w.output_norm, LoadVector(ckpt, "output_norm.weight", c.hidden_size));
   const char* head = ckpt.HasTensor("output.weight") ? "output.weight" : "token_embd.weight";
-  TANDEM_ASSIGN_OR_RETURN(w.lm_head, LoadLinear(ckpt, head, prefer));
+  TANDEM_ASSIGN_OR_RETURN(w.lm_head, loader.Whole(head));
   w.layers.reserve(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    TANDEM_ASSIGN_OR_RETURN(LayerWeights l, LoadLayer(ckpt, i, prefer));
+    TANDEM_ASSIGN_OR_RETURN(LayerWeights l, LoadLayer(loader, i));
     w.layers.push_back(std::move(l));
   }
   return w;

@@ -5,12 +5,14 @@
 #define TANDEM_GPU_WORKER_ENGINE_MODEL_WEIGHTS_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/checkpoint.h"
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/mlp.h"
+#include "gpu_worker/engine/tensor_parallel.h"
 
 namespace tandem {
 
@@ -39,10 +41,17 @@ struct ModelWeights {
   std::vector<float> output_norm;  // [hidden]
   ops::LinearWeight lm_head;     // [vocab, hidden] (the embeddings when tied)
   std::vector<LayerWeights> layers;
+  // Copies of column slices the sharded linear weights point into (empty
+  // with a single rank). Shared so that ModelWeights stays movable.
+  std::shared_ptr<ShardStorage> shard_storage;
 
   // `prefer` is the GEMM dtype wished for; bf16 is used for bf16 checkpoints
-  // on CPUs with AVX512-BF16, f32 otherwise.
-  static absl::StatusOr<ModelWeights> Load(const Checkpoint& ckpt, ops::ComputeType prefer);
+  // on CPUs with AVX512-BF16, f32 otherwise. With tp.size > 1, the slice of
+  // every weight that rank tp.rank holds (tensor_parallel.h); q/k/v, o,
+  // their biases and full q/k norms, and MLP/expert matrices are sliced,
+  // everything else is whole.
+  static absl::StatusOr<ModelWeights> Load(const Checkpoint& ckpt, ops::ComputeType prefer,
+                                           const TensorParallel& tp = {});
 };
 
 }  // namespace tandem

@@ -6,7 +6,9 @@
 #include "common/checkpoint.h"
 #include "common/shm/expert_weight_store.h"
 #include "common/status_macros.h"
+#include "gpu_worker/engine/shm_all_reduce.h"
 #include "gpu_worker/engine/sharded_expert_offload.h"
+#include "gpu_worker/engine/tensor_parallel.h"
 #include "gpu_worker/engine/shm_expert_offload.h"
 
 namespace tandem {
@@ -125,6 +127,31 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
       std::any_of(remote.begin(), remote.end(), [](const auto& l) { return !l.empty(); });
 
   LoadedModel m;
+  const auto& tp = req.tensor_parallel();
+  if (tp.size() > 1) {
+    if (any_remote || req.cpu_kv_tokens() > 0) {
+      return absl::InvalidArgumentError(
+          "LoadModel: tensor parallelism does not combine with CPU experts or CPU attention yet");
+    }
+    // Checked before joining the group, so that every rank of a model that
+    // does not split fails at once instead of waiting for its peers.
+    TANDEM_RETURN_IF_ERROR(CheckTensorParallel(c, {tp.rank(), tp.size()}));
+    ShmAllReduceOptions ao;
+    ao.timeout = absl::Milliseconds(req.attach_timeout_ms() > 0 ? req.attach_timeout_ms()
+                                                                : kDefaultAttachMs);
+    absl::StatusOr<std::unique_ptr<ShmAllReduce>> group =
+        ShmAllReduce::Create(tp.group_id(), tp.rank(), tp.size(), ao);
+    if (!group.ok()) {
+      return absl::Status(group.status().code(),
+                          absl::StrCat("LoadModel: tensor-parallel group: ",
+                                       group.status().message()));
+    }
+    m.tensor_parallel = *std::move(group);
+    eo.tensor_parallel = m.tensor_parallel.get();
+  } else if (tp.size() < 0 || tp.rank() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("LoadModel: tensor-parallel rank ", tp.rank(),
+                                                   " of ", tp.size(), " ranks"));
+  }
   std::vector<std::unique_ptr<ShmExpertOffload>> expert_shards;
   if (any_remote) {
     if (req.data_segment().empty()) {

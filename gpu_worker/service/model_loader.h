@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "common/model_config.h"
 #include "common/shm/host_weight_store.h"
+#include "gpu_worker/engine/all_reduce.h"
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/shm_attention_offload.h"
 #include "gpu_worker/engine/expert_offload.h"
@@ -26,6 +27,7 @@ struct LoadedModel {
   // Declared first so they are destroyed last: the engine points at them.
   // The cpu_workers' expert weight stores, mapped (to be pinned for DMA).
   std::vector<std::unique_ptr<shm::HostWeightStore>> expert_stores;
+  std::unique_ptr<AllReduce> tensor_parallel;      // null: a single rank
   std::unique_ptr<ExpertOffload> offload;         // null: every expert local
   std::unique_ptr<ShmAttentionOffload> attention;  // null: no CPU attention
   std::unique_ptr<StepExecutor> executor;
