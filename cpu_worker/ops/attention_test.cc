@@ -303,6 +303,41 @@ TEST_P(DecodeTest, BatchOfSequences) {
   });
 }
 
+// A sequence's output is the same bits alone, batched with others of any
+// lengths, and on any thread count: its chunks depend on its own length
+// only, so a request's logits do not depend on what shares its step.
+TEST_P(DecodeTest, ResultDoesNotDependOnTheBatchOrThreads) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  const DecodeShape shape{2, 4, 64, 16};
+  const std::vector<int64_t> lens = {3000, 1, 700, 64, 4096, 17};
+  const DecodeBatch b = MakeDecodeBatch(shape, lens, 2.0f, rng);
+  const int64_t heads = shape.kv_heads * shape.group, qd = heads * shape.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  auto run = [&](const std::vector<size_t>& which, int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<std::vector<float>> out(which.size(), std::vector<float>(qd));
+    std::vector<DecodeQuery> queries;
+    for (size_t i = 0; i < which.size(); ++i) {
+      const size_t s = which[i];
+      queries.push_back({b.q[s].data(), b.tables[s].data(), b.lens[s], out[i].data()});
+    }
+    AttendDecode(queries.data(), static_cast<int64_t>(queries.size()), heads, b.layer, scale,
+                 GetParam());
+    omp_set_num_threads(saved);
+    return out;
+  };
+  const auto batched = run({0, 1, 2, 3, 4, 5}, 4);
+  for (size_t s = 0; s < lens.size(); ++s) {
+    SCOPED_TRACE(absl::StrCat("sequence of ", lens[s], " keys"));
+    EXPECT_EQ(run({s}, 1)[0], batched[s]) << "alone, one thread";
+    EXPECT_EQ(run({s}, 4)[0], batched[s]) << "alone, four threads";
+    EXPECT_EQ(run({s, 4, 0}, 2)[0], batched[s]) << "with other company";
+  }
+}
+
 // The running maximum grows through the whole context (each key's scores
 // larger than the last's), so the accumulator is rescaled on every tile
 // and the chunks' maxima differ widely when merged.

@@ -47,11 +47,21 @@ constexpr int kMaxGroup = 8;
 // Smallest chunk cut for threads (tokens): shorter ones would spend more on
 // the merge and the item than they gain.
 constexpr int64_t kMinChunk = 64;
-// Work items per thread when a context is cut into chunks: enough for
-// dynamic scheduling to even out threads slowed or woken late by others on
-// the machine (a thread that starts late leaves the others idle at the end
-// for at most one item).
-constexpr int64_t kItemsPerThread = 8;
+// Chunks a long context is cut into. A sequence's chunks depend on its own
+// length only — not on the thread count or on the other sequences of the
+// call — so its result is the same bits however it is batched (the chunks'
+// states are merged in chunk order). 16 chunks give 2-16 threads enough
+// items for dynamic scheduling to even out threads slowed or woken late by
+// others on the machine; a single long sequence uses at most 16 threads.
+constexpr int64_t kChunksPerSequence = 16;
+
+// The chunk length for a context of `len` keys: at least kMinChunk, about
+// len / kChunksPerSequence, a whole number of KV blocks.
+int64_t DecodeChunk(int64_t len, int64_t block_size) {
+  const int64_t chunk =
+      std::max(kMinChunk, (len + kChunksPerSequence - 1) / kChunksPerSequence);
+  return (chunk + block_size - 1) / block_size * block_size;
+}
 // Least K/V bytes worth a parallel region: with OMP_WAIT_POLICY=PASSIVE
 // (what tandem sets) waking the team costs ~10 us on the development VM,
 // what two threads save on ~256 KiB at ~25 GB/s.
@@ -558,26 +568,17 @@ void AttendDecode(const DecodeQuery* queries, int64_t count, int64_t heads, cons
   TANDEM_CHECK(heads > 0 && heads % kv.kv_heads == 0);
   TANDEM_CHECK(count >= 0);
   if (count == 0) return;
-  int64_t total = 0, longest = 0;
+  int64_t total = 0;
   for (int64_t s = 0; s < count; ++s) {
     TANDEM_CHECK(queries[s].len > 0);
     total += queries[s].len;
-    longest = std::max(longest, queries[s].len);
   }
   const int64_t hd = kv.head_dim, bs = kv.block_size;
   const bool avx512 = allow_avx512 && MaxKernelIsa() >= KernelIsa::kAvx512;
 
-  // Chunks: whole sequences unless threads would otherwise idle; then about
-  // kItemsPerThread items per thread, cut at block boundaries.
   const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const int64_t kv_bytes = 2 * total * kv.kv_heads * hd * static_cast<int64_t>(sizeof(float));
   const bool parallel = threads > 1 && kv_bytes >= kMinParallelBytes;
-  int64_t chunk = longest;
-  if (parallel) {
-    chunk =
-        std::max(kMinChunk, (total + threads * kItemsPerThread - 1) / (threads * kItemsPerThread));
-  }
-  chunk = (chunk + bs - 1) / bs * bs;
 
   // This thread's scratch, read and written by the team; grown once.
   thread_local Scratch scratch;
@@ -587,6 +588,7 @@ void AttendDecode(const DecodeQuery* queries, int64_t count, int64_t heads, cons
   for (int64_t s = 0; s < count; ++s) {
     const size_t n_before = scratch.items.size();
     scratch.first[static_cast<size_t>(s)] = static_cast<int64_t>(n_before);
+    const int64_t chunk = DecodeChunk(queries[s].len, bs);
     for (int64_t t0 = 0; t0 < queries[s].len; t0 += chunk) {
       scratch.items.push_back({s, t0, std::min(queries[s].len, t0 + chunk)});
     }

@@ -256,16 +256,29 @@ absl::Status Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batc
 
   const ops::PagedKvLayer layer = kv_->Layer(l);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  // Prefill chunks attend one by one; the decode tokens (one query each) go
+  // to AttendDecode together, so its threads share all their contexts
+  // instead of splitting each short one.
+  decode_queries_.clear();
   tok = 0;
   for (const SequenceChunk& s : batch) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     if (!s.cpu_attention) {
       const int32_t* table = kv_->BlockTable(s.seq_id).data();
       ops::WriteKv(layer, table, s.start_pos, n, k_.data() + tok * kvd, v_.data() + tok * kvd);
-      ops::AttendSequence(q_.data() + tok * qd, n, heads_, layer, table, s.start_pos, scale,
-                          attn_.data() + tok * qd);
+      if (n == 1) {
+        decode_queries_.push_back(
+            {q_.data() + tok * qd, table, s.start_pos + 1, attn_.data() + tok * qd});
+      } else {
+        ops::AttendSequence(q_.data() + tok * qd, n, heads_, layer, table, s.start_pos, scale,
+                            attn_.data() + tok * qd);
+      }
     }
     tok += n;
+  }
+  if (!decode_queries_.empty()) {
+    ops::AttendDecode(decode_queries_.data(), static_cast<int64_t>(decode_queries_.size()),
+                      heads_, layer, scale);
   }
 
   if (!attn_jobs_.empty()) TANDEM_RETURN_IF_ERROR(attn_offload_->Collect(l, attn_jobs_));

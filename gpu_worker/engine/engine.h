@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "common/checkpoint.h"
+#include "cpu_worker/ops/attention.h"
 #include "cpu_worker/ops/linear.h"
 #include "gpu_worker/engine/all_reduce.h"
 #include "gpu_worker/engine/attention_offload.h"
@@ -140,6 +141,7 @@ class Engine {
   std::vector<float> remote_out_;     // [T * top_k, hidden] their results
   std::vector<AttentionJob> attn_jobs_;  // this layer's cpu_attention sequences
   std::vector<float> sumsq_;          // [T] ShardedFullNorm's row statistics
+  std::vector<ops::DecodeQuery> decode_queries_;  // this layer's local decode tokens
 };
 
 }  // namespace tandem
