@@ -44,12 +44,8 @@ absl::StatusOr<std::unique_ptr<CpuKvCache>> CpuKvCache::Create(const CpuKvShape&
   kv->num_blocks_ = blocks;
   kv->layer_elems_ = blocks * s.block_size * row;
   const size_t elems = static_cast<size_t>(kv->layer_elems_ * s.num_layers);
-  kv->k_.reset(new (std::nothrow) float[elems]);
-  kv->v_.reset(new (std::nothrow) float[elems]);
-  if (kv->k_ == nullptr || kv->v_ == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate a CPU KV cache of ", elems * 8, " bytes"));
-  }
+  TANDEM_ASSIGN_OR_RETURN(kv->k_, HugePageArray::Allocate(elems));
+  TANDEM_ASSIGN_OR_RETURN(kv->v_, HugePageArray::Allocate(elems));
   kv->free_.reserve(static_cast<size_t>(blocks));
   // Hand out low block ids first.
   for (int64_t b = blocks - 1; b >= 0; --b) kv->free_.push_back(static_cast<int32_t>(b));
@@ -124,8 +120,8 @@ const std::vector<int32_t>& CpuKvCache::BlockTable(int64_t seq_id) const {
 ops::PagedKvLayer CpuKvCache::Layer(int64_t layer) const {
   TANDEM_CHECK(layer >= 0 && layer < shape_.num_layers);
   ops::PagedKvLayer l;
-  l.k = k_.get() + layer * layer_elems_;
-  l.v = v_.get() + layer * layer_elems_;
+  l.k = k_.data() + layer * layer_elems_;
+  l.v = v_.data() + layer * layer_elems_;
   l.block_size = shape_.block_size;
   l.kv_heads = shape_.kv_heads;
   l.head_dim = shape_.head_dim;

@@ -24,8 +24,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t num_layers, int
   kv->head_dim_ = head_dim;
   kv->num_blocks_ = num_blocks;
   kv->block_size_ = block_size;
-  kv->k_.assign(static_cast<size_t>(elems), 0.0f);
-  kv->v_.assign(static_cast<size_t>(elems), 0.0f);
+  TANDEM_ASSIGN_OR_RETURN(kv->k_, HugePageArray::Allocate(static_cast<size_t>(elems)));
+  TANDEM_ASSIGN_OR_RETURN(kv->v_, HugePageArray::Allocate(static_cast<size_t>(elems)));
   kv->free_.reserve(static_cast<size_t>(num_blocks));
   // Hand out low block ids first.
   for (int64_t b = num_blocks - 1; b >= 0; --b) kv->free_.push_back(static_cast<int32_t>(b));
@@ -72,8 +72,8 @@ ops::PagedKvLayer KvCache::Layer(int64_t layer) const {
   TANDEM_CHECK(layer >= 0 && layer < num_layers_);
   const int64_t per_layer = num_blocks_ * block_size_ * kv_heads_ * head_dim_;
   ops::PagedKvLayer l;
-  l.k = const_cast<float*>(k_.data()) + layer * per_layer;
-  l.v = const_cast<float*>(v_.data()) + layer * per_layer;
+  l.k = k_.data() + layer * per_layer;
+  l.v = v_.data() + layer * per_layer;
   l.block_size = block_size_;
   l.kv_heads = kv_heads_;
   l.head_dim = head_dim_;

@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "cpu_worker/kv/huge_page_array.h"
 #include "cpu_worker/ops/attention.h"
 
 namespace tandem {
@@ -39,7 +40,7 @@ class KvCache {
  private:
   KvCache() = default;
   int64_t num_layers_ = 0, kv_heads_ = 0, head_dim_ = 0, num_blocks_ = 0, block_size_ = 0;
-  std::vector<float> k_, v_;  // [layers, blocks, block_size, kv_heads, head_dim]
+  HugePageArray k_, v_;  // [layers, blocks, block_size, kv_heads, head_dim]
   std::vector<int32_t> free_;
   absl::flat_hash_map<int64_t, std::vector<int32_t>> seqs_;
 };
