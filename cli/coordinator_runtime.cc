@@ -93,6 +93,10 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
   cmd->add_option("--cpu-workers", o.cpu_workers,
                   "cpu_worker processes sharing the CPU experts (expert e on worker e % K)")
       ->capture_default_str();
+  cmd->add_option("--tensor-parallel,--tp", o.tensor_parallel,
+                  "gpu_worker ranks the model is sharded over (Megatron tensor parallelism; "
+                  "the coordinator waits for ranks 0..N-1 to register)")
+      ->capture_default_str();
   cmd->add_option("--cpu-kv-blocks", o.cpu_kv_blocks,
                   "KV blocks of 16 tokens on a cpu_worker: requests placed there run "
                   "attention on the CPU (0: none)")
@@ -158,6 +162,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
     dc.model.cpu_kv_tokens = o.cpu_kv_blocks * dc.model.block_size;
     dc.model.cpu_workers = o.cpu_workers;
     dc.num_cpu_kv_blocks = o.cpu_kv_blocks;
+  }
+  dc.tensor_parallel = o.tensor_parallel;
+  if (o.tensor_parallel > 1) {
+    // Names of the ranks' all-reduce groups (one per load attempt).
+    dc.tp_group_prefix = absl::StrCat("/tandem-", getpid(), "-tp");
   }
   dc.max_num_seqs = o.max_num_seqs;
   dc.max_num_batched_tokens = std::max(o.max_num_batched_tokens, o.max_num_seqs);

@@ -25,6 +25,7 @@ struct CoordinatorOptions {
   std::string cpu_experts = "none";
   int cpu_workers = 1;                // cpu_worker processes sharing the CPU experts
   int64_t cpu_kv_blocks = 0;          // Neo's CPU KV pool on the cpu_worker; 0: none
+  int tensor_parallel = 1;            // gpu_worker ranks the model is sharded over
   std::string rings;                  // shared-memory ring prefix for the cpu_worker
   int64_t max_model_len = 0;
   int64_t max_num_seqs = 16;

@@ -49,8 +49,14 @@ absl::Status Run(const ServeOptions& so) {
 
   const std::string segment_prefix = absl::StrCat("/tandem-", getpid(), "-");
   std::vector<Supervised> workers;
-  workers.push_back({"gpu_worker", {"gpu-worker", "--listen", "127.0.0.1:0", "--coordinator",
-                                    rt->registry_address(), "--device", "host"}, nullptr});
+  // One gpu_worker per tensor-parallel rank.
+  for (int r = 0; r < std::max(1, o.tensor_parallel); ++r) {
+    workers.push_back({"gpu_worker",
+                       {"gpu-worker", "--listen", "127.0.0.1:0", "--coordinator",
+                        rt->registry_address(), "--device", "host", "--rank",
+                        absl::StrCat(r)},
+                       nullptr});
+  }
   // Expert e on cpu_worker e % K; CPU attention on the first.
   const int k = cpu_worker ? std::max(1, o.cpu_workers) : 0;
   for (int i = 0; i < k; ++i) {

@@ -2,6 +2,7 @@
 // itself (steps, model loads, worker loss) is in step_driver_loop.cc.
 #include "coordinator/service/step_driver.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <utility>
@@ -33,6 +34,20 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "num_cpu_kv_blocks (", config.num_cpu_kv_blocks, ") must be >= 0 and fit in the "
         "cpu_worker's model.cpu_kv_tokens (", config.model.cpu_kv_tokens, ")"));
+  }
+  if (config.tensor_parallel < 1 || config.tensor_parallel > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor_parallel must be in [1, 64], not ", config.tensor_parallel));
+  }
+  if (config.tensor_parallel > 1) {
+    if (config.model.uses_cpu_worker()) {
+      return absl::InvalidArgumentError(
+          "tensor parallelism does not combine with CPU experts or CPU attention yet");
+    }
+    if (config.tp_group_prefix.rfind("/tandem-", 0) != 0) {
+      return absl::InvalidArgumentError(
+          "tensor_parallel > 1 needs tp_group_prefix, a shm name starting \"/tandem-\"");
+    }
   }
   sched::SchedulerConfig sc;
   sc.block_size = config.model.block_size;
@@ -75,7 +90,8 @@ void StepDriver::Stop() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
     if (step_ctx_ != nullptr) step_ctx_->TryCancel();
-    if (load_ != nullptr) load_->Cancel();
+    for (grpc::ClientContext* c : peer_step_ctxs_) c->TryCancel();
+    for (PendingLoad* l : loads_) l->Cancel();
     cv_.Signal();
   }
   if (thread_.joinable()) thread_.join();
@@ -191,13 +207,14 @@ void StepDriver::OnWorkerRegistered(const WorkerInfo& worker) {
                      " is a cpu_worker; the step driver does not call it"));
     return;
   }
-  if (worker.rank != 0) {
+  if (worker.rank < 0 || worker.rank >= config_.tensor_parallel) {
     Log(absl::StrCat("gpu_worker ", worker.id, " has rank ", worker.rank,
-                     "; only rank 0 is driven (no tensor parallelism yet)"));
+                     "; the model is served on ", config_.tensor_parallel,
+                     " rank(s), so it is not used"));
     return;
   }
   absl::MutexLock lock(&mu_);
-  candidates_.push_back({worker.id, worker.address});
+  candidates_.push_back({worker.id, worker.address, worker.rank});
   if (!current_.has_value() || state_ == WorkerState::kLoadFailed) {
     SelectWorker();
   }
@@ -208,24 +225,42 @@ void StepDriver::OnWorkerDead(const WorkerInfo& worker,
   absl::MutexLock lock(&mu_);
   std::erase_if(candidates_,
                 [&](const Worker& w) { return w.id == worker.id; });
-  if (!current_.has_value() || current_->id != worker.id) return;
+  if (!InUse(worker.id)) {
+    // A spare rank: a group that was waiting for it stays incomplete.
+    return;
+  }
   loss_ = absl::UnavailableError(absl::StrCat(
       "gpu_worker ", worker.id, " at ", worker.address, " was lost (",
       reason, ")"));
   if (step_ctx_ != nullptr) step_ctx_->TryCancel();
-  if (load_ != nullptr) load_->Cancel();
+  for (grpc::ClientContext* c : peer_step_ctxs_) c->TryCancel();
+  for (PendingLoad* l : loads_) l->Cancel();
   SelectWorker();
+}
+
+bool StepDriver::InUse(const std::string& id) const {
+  if (current_.has_value() && current_->id == id) return true;
+  return std::any_of(peers_.begin(), peers_.end(),
+                     [&](const Worker& w) { return w.id == id; });
 }
 
 void StepDriver::SelectWorker() {
   ++worker_epoch_;
   stub_.reset();
+  peer_stubs_.clear();
   load_error_ = absl::OkStatus();
-  if (candidates_.empty()) {
-    current_.reset();
+  current_.reset();
+  peers_.clear();
+  // The most recently registered candidate of each rank.
+  std::vector<std::optional<Worker>> by_rank(static_cast<size_t>(config_.tensor_parallel));
+  for (const Worker& w : candidates_) by_rank[static_cast<size_t>(w.rank)] = w;
+  const bool complete = std::all_of(by_rank.begin(), by_rank.end(),
+                                    [](const auto& w) { return w.has_value(); });
+  if (!complete) {
     state_ = WorkerState::kNone;
   } else {
-    current_ = candidates_.back();  // the most recently registered
+    current_ = by_rank[0];
+    for (size_t r = 1; r < by_rank.size(); ++r) peers_.push_back(*by_rank[r]);
     state_ = WorkerState::kNeedLoad;
     next_load_ = absl::InfinitePast();
   }

@@ -24,6 +24,15 @@
 // INVALID_ARGUMENT, NOT_FOUND...) fails the waiting requests and makes
 // Submit return UNAVAILABLE until another gpu_worker registers.
 //
+// Tensor parallelism (config.tensor_parallel = N > 1): the driver serves on
+// a group of N gpu_workers, one per rank 0..N-1 (the most recently
+// registered live worker of each rank). LoadModel goes to every rank at
+// once with the group's communicator id (a fresh shared-memory name per
+// attempt, so a crashed attempt's segment never collides); every Step goes
+// to every rank, and rank 0's result is used (all ranks sample the same
+// tokens from the same logits). Any rank lost, or failing differently from
+// the others, loses the whole group: its KV is inconsistent then.
+//
 // KV: the scheduler's GPU pool is the worker's cache size
 // (ModelSpec::KvBlocksAfterRounding); requests finished, aborted or
 // preempted since the last plan go to the worker in the next plan's
@@ -81,6 +90,12 @@ struct StepDriverConfig {
   // Called on the driver's thread after every step (must not block).
   std::function<void(const StepStats&)> on_step;
   std::function<void(const std::string&)> log;  // default: stderr
+  // Ranks of the tensor-parallel group the model is sharded over (>= 1).
+  // Does not combine with CPU experts or CPU attention yet.
+  int32_t tensor_parallel = 1;
+  // With tensor_parallel > 1: the POSIX shm name prefix ("/tandem-...") of
+  // the groups' all-reduce segments (the host device's communicator).
+  std::string tp_group_prefix;
 };
 
 class StepDriver final : public WorkerListener {
@@ -123,6 +138,7 @@ class StepDriver final : public WorkerListener {
   struct Worker {
     std::string id;
     std::string address;
+    int32_t rank = 0;
   };
   struct LiveRequest {
     std::shared_ptr<EventCallback> callback;
@@ -174,8 +190,12 @@ class StepDriver final : public WorkerListener {
   // those the scheduler finished on its own (kError).
   void TakeFinished(const std::vector<sched::FinishedRequest>& finished)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Picks the first live candidate as the worker to serve on, if any.
+  // Picks the workers to serve on — the most recently registered live
+  // candidate of each rank — if every rank has one.
   void SelectWorker() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True if `id` is the rank-0 worker in use or one of its peers.
+  bool InUse(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   void Wake() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const StepDriverConfig config_;
@@ -193,14 +213,18 @@ class StepDriver final : public WorkerListener {
 
   // The gpu_worker in use and the live rank-0 gpu_workers to fall back on.
   std::vector<Worker> candidates_ ABSL_GUARDED_BY(mu_);
-  std::optional<Worker> current_ ABSL_GUARDED_BY(mu_);
+  std::optional<Worker> current_ ABSL_GUARDED_BY(mu_);  // rank 0
+  std::vector<Worker> peers_ ABSL_GUARDED_BY(mu_);      // ranks 1..N-1
   int64_t worker_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // bumped when it changes
   WorkerState state_ ABSL_GUARDED_BY(mu_) = WorkerState::kNone;
   absl::Time next_load_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::shared_ptr<proto::Worker::Stub> stub_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<proto::Worker::Stub>> peer_stubs_ ABSL_GUARDED_BY(mu_);
+  int64_t tp_groups_ ABSL_GUARDED_BY(mu_) = 0;  // names each load attempt's group
   // Calls in flight, cancelled when their worker is lost or at Stop().
   grpc::ClientContext* step_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
-  PendingLoad* load_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<grpc::ClientContext*> peer_step_ctxs_ ABSL_GUARDED_BY(mu_);
+  std::vector<PendingLoad*> loads_ ABSL_GUARDED_BY(mu_);  // every rank's
   // Set when the worker in use was lost; HandleWorkerLoss() acts on it.
   std::optional<absl::Status> loss_ ABSL_GUARDED_BY(mu_);
   absl::Status load_error_ ABSL_GUARDED_BY(mu_);

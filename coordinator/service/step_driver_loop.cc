@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/service/plan_conversion.h"
 #include "coordinator/service/step_driver.h"
@@ -107,18 +108,44 @@ void StepDriver::LoadModel() {
   state_ = WorkerState::kLoading;
   const Worker target = *current_;
   const int64_t epoch = worker_epoch_;
-  auto stub = std::shared_ptr<proto::Worker::Stub>(
-      proto::Worker::NewStub(MakeWorkerChannel(target.address)));
-  Log(absl::StrCat("loading ", config_.model.model_path, " on gpu_worker ",
-                   target.id, " at ", target.address));
-  std::unique_ptr<PendingLoad> load = PendingLoad::Start(
-      *stub, BuildLoadModelRequest(config_.model), config_.load_timeout);
-  load_ = load.get();
+  // Rank 0 first, then its peers; with tensor parallelism every rank loads
+  // at once (rank 0 creates the group the others join).
+  std::vector<Worker> ranks = {target};
+  ranks.insert(ranks.end(), peers_.begin(), peers_.end());
+  const std::string group =
+      absl::StrCat(config_.tp_group_prefix, "-", ++tp_groups_);
+  std::vector<std::shared_ptr<proto::Worker::Stub>> stubs;
+  std::vector<std::unique_ptr<PendingLoad>> loads;
+  for (const Worker& w : ranks) {
+    stubs.push_back(std::shared_ptr<proto::Worker::Stub>(
+        proto::Worker::NewStub(MakeWorkerChannel(w.address))));
+    proto::LoadModelRequest req = BuildLoadModelRequest(config_.model);
+    if (config_.tensor_parallel > 1) {
+      auto* tp = req.mutable_tensor_parallel();
+      tp->set_rank(w.rank);
+      tp->set_size(config_.tensor_parallel);
+      tp->set_group_id(group);
+    }
+    Log(absl::StrCat("loading ", config_.model.model_path, " on gpu_worker ", w.id,
+                     " at ", w.address,
+                     config_.tensor_parallel > 1
+                         ? absl::StrCat(" (rank ", w.rank, " of ", config_.tensor_parallel, ")")
+                         : ""));
+    loads.push_back(PendingLoad::Start(*stubs.back(), std::move(req), config_.load_timeout));
+    loads_.push_back(loads.back().get());
+  }
   mu_.Unlock();
-  load->Wait();
+  for (auto& l : loads) l->Wait();
   mu_.Lock();
-  load_ = nullptr;
-  absl::StatusOr<proto::LoadModelResponse> r = load->result();
+  loads_.clear();
+  absl::StatusOr<proto::LoadModelResponse> r = loads[0]->result();
+  for (size_t i = 1; i < loads.size() && r.ok(); ++i) {
+    absl::StatusOr<proto::LoadModelResponse> peer = loads[i]->result();
+    if (!peer.ok()) {
+      r = absl::Status(peer.status().code(),
+                       absl::StrCat("rank ", ranks[i].rank, ": ", peer.status().message()));
+    }
+  }
   if (stopping_ || epoch != worker_epoch_) return;  // that worker is gone
   const int64_t need = scheduler_->num_total_blocks(sched::KvPool::kGpu);
   if (r.ok() && r->kv_blocks() < need) {
@@ -134,7 +161,8 @@ void StepDriver::LoadModel() {
         " KV tokens; the scheduler plans for ", need_cpu_tokens));
   }
   if (r.ok()) {
-    stub_ = std::move(stub);
+    stub_ = stubs[0];
+    peer_stubs_.assign(stubs.begin() + 1, stubs.end());
     state_ = WorkerState::kReady;
     ++metrics_.num_model_loads;
     stalled_ = false;
@@ -224,12 +252,45 @@ void StepDriver::RunStep() {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + config_.step_timeout));
   proto::StepResult result;
   step_ctx_ = &ctx;
+  // The peers' calls start first (asynchronously), rank 0's runs here.
+  std::vector<std::unique_ptr<grpc::ClientContext>> peer_ctxs;
+  std::vector<proto::StepResult> peer_results(peer_stubs_.size());
+  std::vector<grpc::Status> peer_rpcs(peer_stubs_.size());
+  absl::BlockingCounter peers_done(static_cast<int>(peer_stubs_.size()));
+  for (size_t i = 0; i < peer_stubs_.size(); ++i) {
+    peer_ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    peer_ctxs.back()->set_deadline(absl::ToChronoTime(absl::Now() + config_.step_timeout));
+    peer_step_ctxs_.push_back(peer_ctxs.back().get());
+    peer_stubs_[i]->async()->Step(peer_ctxs.back().get(), &request, &peer_results[i],
+                                  [&, i](grpc::Status st) {
+                                    peer_rpcs[i] = std::move(st);
+                                    peers_done.DecrementCount();
+                                  });
+  }
   mu_.Unlock();
   const auto t0 = std::chrono::steady_clock::now();
-  const grpc::Status rpc = stub->Step(&ctx, request, &result);
+  grpc::Status rpc = stub->Step(&ctx, request, &result);
+  peers_done.Wait();
   const double wall = SecondsSince(t0);
   mu_.Lock();
   step_ctx_ = nullptr;
+  peer_step_ctxs_.clear();
+  // A rank that failed where rank 0 did not (or failed otherwise) leaves the
+  // group's KV inconsistent: the group is lost. All ranks failing alike on
+  // a bad plan fail only the step.
+  bool group_broken = false;
+  for (size_t i = 0; i < peer_rpcs.size(); ++i) {
+    if (peer_rpcs[i].error_code() == rpc.error_code()) continue;
+    group_broken = true;
+    if (rpc.ok() || !peer_rpcs[i].ok()) {
+      const grpc::Status& bad = peer_rpcs[i].ok() ? rpc : peer_rpcs[i];
+      rpc = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                         absl::StrCat("tensor-parallel rank ", peers_[i].rank, " (gpu_worker ",
+                                      peers_[i].id, ") failed where rank 0 did not: ",
+                                      bad.error_message()));
+    }
+    break;
+  }
 
   if (stopping_ || epoch != worker_epoch_ || !rpc.ok()) {
     (void)scheduler_->OnStepFailed(plan.step_id);
@@ -239,9 +300,10 @@ void StepDriver::RunStep() {
     const absl::Status s = FromGrpcStatus(
         rpc, absl::StrCat("Step ", plan.step_id, " on gpu_worker ", worker.id,
                           " at ", worker.address));
-    if (IsWorkerFailure(s.code())) {
+    if (group_broken || IsWorkerFailure(s.code())) {
       loss_ = absl::UnavailableError(s.message());
       stub_.reset();
+      peer_stubs_.clear();
       state_ = WorkerState::kNeedLoad;  // the same worker, unless it is dead
       next_load_ = absl::Now();
       return;

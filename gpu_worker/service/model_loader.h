@@ -27,7 +27,9 @@ struct LoadedModel {
   // Declared first so they are destroyed last: the engine points at them.
   // The cpu_workers' expert weight stores, mapped (to be pinned for DMA).
   std::vector<std::unique_ptr<shm::HostWeightStore>> expert_stores;
-  std::unique_ptr<AllReduce> tensor_parallel;      // null: a single rank
+  // The tensor-parallel group (null: a single rank); the engine points at
+  // it, so whoever keeps the executor keeps this too.
+  std::unique_ptr<AllReduce> tensor_parallel;
   std::unique_ptr<ExpertOffload> offload;         // null: every expert local
   std::unique_ptr<ShmAttentionOffload> attention;  // null: no CPU attention
   std::unique_ptr<StepExecutor> executor;

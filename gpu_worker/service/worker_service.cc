@@ -23,6 +23,7 @@ absl::StatusOr<proto::LoadModelResponse> WorkerService::DoLoadModel(
   executor_.reset();
   offload_.reset();
   attention_offload_.reset();
+  tensor_parallel_.reset();  // leaves the old group (its peers fail fast)
   // A store whose cpu_worker died is removed here (nobody else may be
   // supervising it); a live cpu_worker's store stays.
   for (const auto& store : expert_stores_) (void)shm::RemoveStaleSegments(store->name());
@@ -33,6 +34,7 @@ absl::StatusOr<proto::LoadModelResponse> WorkerService::DoLoadModel(
   expert_stores_ = std::move(m->expert_stores);
   offload_ = std::move(m->offload);
   attention_offload_ = std::move(m->attention);
+  tensor_parallel_ = std::move(m->tensor_parallel);
   executor_ = std::move(m->executor);
   draining_.store(false);
   return m->response;

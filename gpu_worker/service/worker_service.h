@@ -78,6 +78,7 @@ class WorkerService final : public proto::Worker::Service {
   std::vector<std::unique_ptr<shm::HostWeightStore>> expert_stores_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ExpertOffload> offload_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ShmAttentionOffload> attention_offload_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<AllReduce> tensor_parallel_ ABSL_GUARDED_BY(mu_);  // null: one rank
   std::unique_ptr<StepExecutor> executor_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};  // Shutdown called: set before taking mu_

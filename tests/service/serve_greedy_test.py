@@ -1,8 +1,9 @@
 """Greedy outputs through `tandem serve` equal transformers' goldens and
 `tandem generate`, token for token, for one golden checkpoint; for an MoE
 checkpoint with the routed experts on the gpu_worker, all on the cpu_worker,
-half on each, and all spread over three cpu_workers; and with a GPU KV pool of one sequence, so that the other
-requests hold their KV on the cpu_worker and run attention there (Neo). The
+half on each, and all spread over three cpu_workers; with a GPU KV pool of one sequence, so that the other
+requests hold their KV on the cpu_worker and run attention there (Neo); and
+with the model sharded over two gpu_workers (tensor parallelism). The
 golden prompts run concurrently (one batch), streamed and not.
 
 usage: serve_greedy_test.py TANDEM MODEL_DIR
@@ -84,6 +85,8 @@ def main():
     cpu_kv = ["--max-model-len", str(blocks * 16), "--kv-blocks", str(blocks),
               "--cpu-kv-blocks", str(8 * blocks)]
     placements.append(("cpu-kv", cpu_kv))
+    # The model sharded over two gpu_workers (host-device tensor parallelism).
+    placements.append(("tensor-parallel-2", ["--tensor-parallel", "2"]))
     if experts:  # CPU attention on the first of two cpu_workers sharing the experts
         placements.append(("cpu-kv+experts-on-2-workers",
                            cpu_kv + ["--cpu-experts", "all", "--cpu-workers", "2"]))
@@ -112,7 +115,10 @@ def main():
                                  status == 200 and ids == case["continuation"] and done
                                  and finish == "length",
                                  f"{status} {ids} {done} {finish}")
-            if placement != "none":
+            if placement.startswith("tensor-parallel"):
+                checks.check(f"[{placement}] 2 gpu_workers started",
+                             len(serve.child_pids("gpu_worker")) == 2, serve.log())
+            elif placement != "none":
                 want = 3 if "3-workers" in placement else 2 if "2-workers" in placement else 1
                 checks.check(f"[{placement}] {want} cpu_worker(s) started",
                              len(serve.child_pids("cpu_worker")) == want, serve.log())

@@ -1,0 +1,128 @@
+// Tensor parallelism in the step driver: a group of one fake gpu_worker per
+// rank is loaded with the group's communicator id and stepped in lockstep;
+// an incomplete group serves nothing; a rank failing alone loses (and
+// reloads) the whole group; bad configurations are refused.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "coordinator/service/step_driver.h"
+#include "coordinator/service/testing/driver_fixture.h"
+#include "gtest/gtest.h"
+
+namespace tandem::coord {
+namespace {
+
+class StepDriverTensorParallelTest : public testing::DriverFixture {
+ protected:
+  static StepDriverConfig TpConfig(int32_t ranks) {
+    StepDriverConfig c = BaseConfig();
+    c.tensor_parallel = ranks;
+    c.tp_group_prefix = "/tandem-test-tp";
+    return c;
+  }
+  testing::FakeWorkerServer* AddRank(int32_t rank) {
+    auto w = testing::FakeWorkerServer::Start({kVocab});
+    EXPECT_NE(w, nullptr);
+    if (w == nullptr) return nullptr;
+    EXPECT_TRUE(w->RegisterWith(registry_address_, rank).ok());
+    workers_.push_back(std::move(w));
+    return workers_.back().get();
+  }
+};
+
+TEST_F(StepDriverTensorParallelTest, EveryRankLoadsTheGroupAndRunsEveryStep) {
+  StartCoordinator(TpConfig(3));
+  testing::FakeWorkerServer* r2 = AddRank(2);
+  testing::FakeWorkerServer* r1 = AddRank(1);
+  const std::vector<int32_t> prompt = Prompt(6, 300);
+  const int64_t id = Submit(prompt, Greedy(12));
+  // Ranks 1 and 2 alone are no group: nothing loads, nothing runs.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(r1->worker().load_calls(), 0);
+  EXPECT_EQ(r2->worker().load_calls(), 0);
+  EXPECT_FALSE(driver_->ready());
+  testing::FakeWorkerServer* r0 = AddRank(0);
+  ASSERT_TRUE(events_.WaitDone(id));
+  EXPECT_EQ(events_.Get(id).tokens, Expected(prompt, 12));
+
+  std::string group;
+  for (int32_t rank = 0; rank < 3; ++rank) {
+    testing::FakeWorkerServer* w = rank == 0 ? r0 : rank == 1 ? r1 : r2;
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    EXPECT_EQ(w->worker().loads(), 1);
+    const proto::LoadModelRequest load = w->worker().last_load();
+    EXPECT_EQ(load.tensor_parallel().rank(), rank);
+    EXPECT_EQ(load.tensor_parallel().size(), 3);
+    EXPECT_TRUE(absl::StartsWith(load.tensor_parallel().group_id(), "/tandem-test-tp-"));
+    if (rank == 0) group = load.tensor_parallel().group_id();
+    EXPECT_EQ(load.tensor_parallel().group_id(), group) << "one group for all ranks";
+    // The same plans, in the same order.
+    const std::vector<proto::StepPlan> plans = w->worker().plans();
+    const std::vector<proto::StepPlan> want = r0->worker().plans();
+    ASSERT_EQ(plans.size(), want.size());
+    for (size_t i = 0; i < plans.size(); ++i) {
+      EXPECT_EQ(plans[i].SerializeAsString(), want[i].SerializeAsString()) << "step " << i;
+    }
+  }
+}
+
+TEST_F(StepDriverTensorParallelTest, ARankFailingAloneLosesAndReloadsTheGroup) {
+  StartCoordinator(TpConfig(2));
+  testing::FakeWorkerServer* r0 = AddRank(0);
+  testing::FakeWorkerServer* r1 = AddRank(1);
+  ASSERT_TRUE(WaitReady());
+  // An error rank 0 does not share: the group's KV can no longer agree.
+  r1->worker().FailSteps(1, absl::InvalidArgumentError("rank 1 refuses"));
+  const int64_t lost = Submit(Prompt(5, 100), Greedy(8));
+  ASSERT_TRUE(events_.WaitDone(lost));
+  const testing::RequestLog log = events_.Get(lost);
+  EXPECT_EQ(log.last().finish_reason, FinishReason::kError);
+  EXPECT_EQ(log.last().status.code(), absl::StatusCode::kUnavailable) << log.last().status;
+  EXPECT_TRUE(absl::StrContains(log.last().status.message(), "rank 1")) << log.last().status;
+  // Both ranks are loaded again (a fresh group) and serve the next request.
+  ASSERT_TRUE(r0->worker().WaitLoads(2, absl::Seconds(10)));
+  ASSERT_TRUE(r1->worker().WaitLoads(2, absl::Seconds(10)));
+  const std::vector<int32_t> prompt = Prompt(5, 200);
+  const int64_t ok = Submit(prompt, Greedy(8));
+  ASSERT_TRUE(events_.WaitDone(ok));
+  EXPECT_EQ(events_.Get(ok).tokens, Expected(prompt, 8));
+}
+
+TEST_F(StepDriverTensorParallelTest, ABadPlanOnEveryRankFailsOnlyItsRequests) {
+  StartCoordinator(TpConfig(2));
+  testing::FakeWorkerServer* r0 = AddRank(0);
+  testing::FakeWorkerServer* r1 = AddRank(1);
+  ASSERT_TRUE(WaitReady());
+  r0->worker().FailSteps(1, absl::InvalidArgumentError("bad plan"));
+  r1->worker().FailSteps(1, absl::InvalidArgumentError("bad plan"));
+  const int64_t failed = Submit(Prompt(5, 100), Greedy(4));
+  ASSERT_TRUE(events_.WaitDone(failed));
+  EXPECT_EQ(events_.Get(failed).last().status.code(), absl::StatusCode::kInvalidArgument);
+  const int64_t ok = Submit(Prompt(5, 200), Greedy(4));
+  ASSERT_TRUE(events_.WaitDone(ok));
+  EXPECT_TRUE(events_.Get(ok).last().status.ok());
+  EXPECT_EQ(r0->worker().loads(), 1) << "no reload for a bad plan";
+  EXPECT_EQ(r1->worker().loads(), 1);
+}
+
+TEST_F(StepDriverTensorParallelTest, BadConfigurationsAreRefused) {
+  StepDriverConfig c = BaseConfig();
+  c.tensor_parallel = 0;
+  EXPECT_EQ(StepDriver::Create(c).status().code(), absl::StatusCode::kInvalidArgument);
+  c.tensor_parallel = 65;
+  EXPECT_EQ(StepDriver::Create(c).status().code(), absl::StatusCode::kInvalidArgument);
+  c.tensor_parallel = 2;  // no group prefix
+  EXPECT_EQ(StepDriver::Create(c).status().code(), absl::StatusCode::kInvalidArgument);
+  c.tp_group_prefix = "/tandem-test-tp";
+  c.model.cpu_experts = {{0, 1}};
+  c.model.data_segment = "/tandem-test-rings";
+  EXPECT_EQ(StepDriver::Create(c).status().code(), absl::StatusCode::kInvalidArgument);
+  c.model.cpu_experts.clear();
+  auto ok = StepDriver::Create(c);
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+}  // namespace
+}  // namespace tandem::coord
