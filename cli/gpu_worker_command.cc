@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -62,6 +63,8 @@ absl::Status Run(const GpuWorkerOptions& o) {
         absl::StrCat("--device ", o.device, ": this gpu_worker runs the host device only"));
   }
   if (o.rank < 0) return absl::InvalidArgumentError("--rank must be >= 0");
+  if (o.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
+  if (o.threads > 0) omp_set_num_threads(o.threads);
   std::string host;
   int port = 0;
   TANDEM_RETURN_IF_ERROR(SplitHostPort(o.listen, &host, &port));
@@ -126,6 +129,10 @@ CLI::App* AddGpuWorkerCommand(CLI::App& app, GpuWorkerOptions& o) {
   cmd->add_option("--advertise", o.advertise, "HOST:PORT the coordinator should call (default: the listen address)");
   cmd->add_option("--device", o.device, "Device: host (CPU kernels)")->capture_default_str();
   cmd->add_option("--rank", o.rank, "Tensor-parallel rank")->capture_default_str();
+  cmd->add_option("--threads", o.threads,
+                  "OpenMP threads of the host device (0: all cores; tensor-parallel ranks on "
+                  "one machine share them)")
+      ->capture_default_str();
   return cmd;
 }
 

@@ -19,6 +19,7 @@ struct GpuWorkerOptions {
   std::string advertise;    // address given to the coordinator; default: listen's, bound port
   std::string device = "host";
   int32_t rank = 0;
+  int threads = 0;  // OpenMP threads of the host device; 0 = all cores
 };
 
 CLI::App* AddGpuWorkerCommand(CLI::App& app, GpuWorkerOptions& opts);

@@ -49,12 +49,16 @@ absl::Status Run(const ServeOptions& so) {
 
   const std::string segment_prefix = absl::StrCat("/tandem-", getpid(), "-");
   std::vector<Supervised> workers;
-  // One gpu_worker per tensor-parallel rank.
-  for (int r = 0; r < std::max(1, o.tensor_parallel); ++r) {
+  // One gpu_worker per tensor-parallel rank; ranks on this machine share
+  // its cores instead of each spinning up a thread per core.
+  const int ranks = std::max(1, o.tensor_parallel);
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const int threads = ranks > 1 ? std::max(1, static_cast<int>(cores) / ranks) : 0;
+  for (int r = 0; r < ranks; ++r) {
     workers.push_back({"gpu_worker",
                        {"gpu-worker", "--listen", "127.0.0.1:0", "--coordinator",
-                        rt->registry_address(), "--device", "host", "--rank",
-                        absl::StrCat(r)},
+                        rt->registry_address(), "--device", "host", "--rank", absl::StrCat(r),
+                        "--threads", absl::StrCat(threads)},
                        nullptr});
   }
   // Expert e on cpu_worker e % K; CPU attention on the first.
