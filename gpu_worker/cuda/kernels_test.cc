@@ -28,6 +28,7 @@
 #include "gpu_worker/cuda/kernels/decode_attention.h"
 #include "gpu_worker/cuda/kernels/elementwise.h"
 #include "gpu_worker/cuda/kernels/moe_routing.h"
+#include "gpu_worker/cuda/kernels/prefill_attention.h"
 #include "gpu_worker/cuda/kernels/rms_norm.h"
 #include "gpu_worker/cuda/kernels/sampling.h"
 #include "gtest/gtest.h"
@@ -378,6 +379,104 @@ void CheckDecodeAttention(std::mt19937& rng, ActType t) {
   }
 }
 
+// WriteKv through a slot mapping, then causal attention of ragged chunks
+// (a whole prompt, a one-token chunk, a chunk continuing a sequence) over
+// what was written.
+void CheckPrefillAttention(std::mt19937& rng, ActType t) {
+  for (auto [heads, kv_heads, head_dim] :
+       {std::tuple<int64_t, int64_t, int64_t>{8, 2, 64}, {4, 4, 128}, {6, 3, 256}, {2, 1, 40}}) {
+    const int64_t block = 16, num_blocks = 48, max_blocks = 8;
+    struct Chunk {
+      int32_t start, len;
+    };
+    const std::vector<Chunk> chunks = {{0, 37}, {0, 1}, {50, 20}, {5, 9}};
+    const int64_t c_count = static_cast<int64_t>(chunks.size());
+    std::vector<int32_t> pool(num_blocks);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    std::vector<int32_t> tables(c_count * max_blocks, 0);
+    int64_t next = 0;
+    for (int64_t c = 0; c < c_count; ++c) {
+      const int64_t keys = chunks[c].start + chunks[c].len;
+      for (int64_t b = 0; b < (keys + block - 1) / block; ++b) {
+        tables[c * max_blocks + b] = pool[next++];
+      }
+    }
+    // Every key of every chunk's sequence, written through the slot map.
+    const int64_t row = kv_heads * head_dim;
+    std::vector<int64_t> slots;
+    std::vector<std::vector<float>> seq_k(c_count), seq_v(c_count);
+    for (int64_t c = 0; c < c_count; ++c) {
+      const int64_t keys = chunks[c].start + chunks[c].len;
+      seq_k[c] = RandomActs(rng, keys * row, t).f32;
+      seq_v[c] = RandomActs(rng, keys * row, t).f32;
+      for (int64_t p = 0; p < keys; ++p) {
+        slots.push_back(static_cast<int64_t>(tables[c * max_blocks + p / block]) * block +
+                        p % block);
+      }
+    }
+    std::vector<float> all_k, all_v;
+    for (int64_t c = 0; c < c_count; ++c) {
+      all_k.insert(all_k.end(), seq_k[c].begin(), seq_k[c].end());
+      all_v.insert(all_v.end(), seq_v[c].begin(), seq_v[c].end());
+    }
+    slots.push_back(-1);  // a skipped token
+    all_k.resize(all_k.size() + row, 1e9f);
+    all_v.resize(all_v.size() + row, 1e9f);
+    const int64_t tokens = static_cast<int64_t>(slots.size());
+    const size_t elem = t == ActType::kBF16 ? 2 : 4;
+    const int64_t cache = num_blocks * block * row;
+    DeviceBytes kc(cache * elem), vc(cache * elem);
+    cudaMemset(kc.get(), 0, cache * elem);
+    cudaMemset(vc.get(), 0, cache * elem);
+    auto dk = Upload(all_k);
+    auto dv = Upload(all_v);
+    auto ds = Upload(slots);
+    ASSERT_EQ(LaunchWriteKv(dk->as<float>(), dv->as<float>(), tokens, kv_heads, head_dim,
+                            ds->as<int64_t>(), kc.get(), vc.get(), t, nullptr),
+              0);
+    const std::vector<float> kback = DownloadActs(kc, cache, t);
+    for (int64_t c = 0, at = 0; c < c_count; ++c) {
+      for (int64_t p = 0; p < chunks[c].start + chunks[c].len; ++p, ++at) {
+        for (int64_t i = 0; i < row; ++i) {
+          ASSERT_EQ(kback[slots[at] * row + i], seq_k[c][p * row + i]) << "chunk " << c;
+        }
+      }
+    }
+    // Queries of every chunk, one ragged batch.
+    std::vector<int32_t> q_start, q_len, start_pos;
+    int32_t rows = 0, max_len = 0;
+    for (const Chunk& ch : chunks) {
+      q_start.push_back(rows);
+      q_len.push_back(ch.len);
+      start_pos.push_back(ch.start);
+      rows += ch.len;
+      max_len = std::max(max_len, ch.len);
+    }
+    const Acts q = RandomActs(rng, rows * heads * head_dim, ActType::kF32);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    std::vector<float> want(q.f32.size());
+    for (int64_t c = 0; c < c_count; ++c) {
+      ops::ReferenceAttention(q.f32.data() + q_start[c] * heads * head_dim, chunks[c].len, heads,
+                              seq_k[c].data(), seq_v[c].data(), kv_heads, head_dim,
+                              chunks[c].start, scale, want.data() + q_start[c] * heads * head_dim);
+    }
+    auto dq = q.Upload();
+    auto dt = Upload(tables);
+    auto dqs = Upload(q_start);
+    auto dql = Upload(q_len);
+    auto dsp = Upload(start_pos);
+    DeviceBytes out(want.size() * 4);
+    ASSERT_EQ(LaunchPrefillAttention(dq->as<float>(), kc.get(), vc.get(), t, block, kv_heads,
+                                     head_dim, heads, dt->as<int32_t>(), max_blocks,
+                                     dqs->as<int32_t>(), dql->as<int32_t>(), dsp->as<int32_t>(),
+                                     c_count, max_len, scale, out.as<float>(), nullptr),
+              0);
+    EXPECT_TRUE(Near(Download<float>(out, want.size()), want, 1e-5))
+        << heads << "/" << kv_heads << " heads of " << head_dim;
+  }
+}
+
 void CheckArgmax(std::mt19937& rng, ActType t) {
   if (t != ActType::kF32) return;
   const int64_t rows = 9, vocab = 32003;
@@ -458,7 +557,7 @@ const std::vector<OpCase>& Ops() {
       {"SwiGlu", CheckSwiGlu},             {"Convert", CheckConvert},
       {"RouteTopK", CheckRouteTopK},       {"MoeRouting", CheckMoeRouting},
       {"DecodeAttention", CheckDecodeAttention}, {"Argmax", CheckArgmax},
-      {"Gemm", CheckGemm},
+      {"Gemm", CheckGemm},                 {"PrefillAttention", CheckPrefillAttention},
   };
   return *ops;
 }
