@@ -97,6 +97,10 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                   "gpu_worker ranks the model is sharded over (Megatron tensor parallelism; "
                   "the coordinator waits for ranks 0..N-1 to register)")
       ->capture_default_str();
+  cmd->add_option("--gpu-memory-budget", o.gpu_memory_budget_gb,
+                  "GB of weights the gpu_worker keeps resident; the FFN weights of the layers "
+                  "past it are streamed from host memory before use (0: all resident)")
+      ->capture_default_str();
   cmd->add_option("--cpu-kv-blocks", o.cpu_kv_blocks,
                   "KV blocks of 16 tokens on a cpu_worker: requests placed there run "
                   "attention on the CPU (0: none)")
@@ -163,6 +167,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
     dc.model.cpu_workers = o.cpu_workers;
     dc.num_cpu_kv_blocks = o.cpu_kv_blocks;
   }
+  if (!(o.gpu_memory_budget_gb >= 0)) {
+    return absl::InvalidArgumentError("--gpu-memory-budget must be >= 0");
+  }
+  dc.model.weight_budget_bytes = static_cast<int64_t>(o.gpu_memory_budget_gb * 1e9);
   dc.tensor_parallel = o.tensor_parallel;
   if (o.tensor_parallel > 1) {
     // Names of the ranks' all-reduce groups (one per load attempt).

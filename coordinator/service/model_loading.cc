@@ -75,6 +75,7 @@ proto::LoadModelRequest BuildLoadModelRequest(const ModelSpec& spec) {
   r.set_kv_blocks(spec.kv_blocks);
   r.set_block_size(spec.block_size);
   r.set_weight_segment(spec.weight_segment);
+  r.set_weight_budget_bytes(spec.weight_budget_bytes);
   if (spec.uses_cpu_worker()) {
     r.set_data_segment(spec.data_segment);
     r.set_cpu_kv_tokens(spec.cpu_kv_tokens);

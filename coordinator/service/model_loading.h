@@ -45,6 +45,9 @@ struct ModelSpec {
   // required when cpu_experts lists any expert or cpu_kv_tokens > 0.
   std::string data_segment;
   std::string weight_segment;  // host weight store to map, if any
+  // Bytes of weights the gpu_worker keeps resident; 0: all (see
+  // LoadModelRequest.weight_budget_bytes).
+  int64_t weight_budget_bytes = 0;
   absl::Duration attach_timeout = absl::Seconds(60);
 
   bool has_cpu_experts() const;

@@ -83,6 +83,16 @@ class LinearWeight {
   // Bytes of the matrix data() points at (what a pass over the weight reads).
   int64_t nbytes() const { return nbytes_; }
 
+  // The same weight read from `data`: a copy of data()'s nbytes() bytes
+  // elsewhere (a staging buffer the weight was streamed into). The caller
+  // keeps those bytes alive and unchanged while the view is in use.
+  LinearWeight WithData(const void* data) const {
+    LinearWeight w = *this;
+    w.data_ = data;
+    w.owned_.reset();
+    return w;
+  }
+
  private:
   int64_t n_ = 0, k_ = 0;
   ComputeType type_ = ComputeType::kF32;

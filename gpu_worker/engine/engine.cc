@@ -60,7 +60,134 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
     for (size_t i = 0; i < e->inv_freq_.size(); ++i) e->inv_freq_[i] /= f.as<float>()[i];
   }
   e->ckpt_ = std::move(ckpt);
+  TANDEM_RETURN_IF_ERROR(e->SetUpStreaming(options));
   return e;
+}
+
+namespace {
+
+// The FFN matrices of a layer, in the order they are streamed.
+std::vector<const ops::LinearWeight*> FfnMatrices(const LayerWeights& l) {
+  std::vector<const ops::LinearWeight*> m;
+  auto add = [&](const ops::MlpWeights& w) {
+    m.push_back(&w.gate);
+    m.push_back(&w.up);
+    m.push_back(&w.down);
+  };
+  if (!l.moe) {
+    add(l.mlp);
+    return m;
+  }
+  for (const ops::MlpWeights& e : l.experts) add(e);
+  if (l.has_shared_expert) add(l.shared);
+  return m;
+}
+
+int64_t FfnBytes(const LayerWeights& l) {
+  int64_t n = 0;
+  for (const ops::LinearWeight* w : FfnMatrices(l)) n += (w->nbytes() + 63) / 64 * 64;
+  return n;
+}
+
+// `lw` with its FFN matrices read from the staged copies at `at`.
+LayerWeights StagedFfn(const LayerWeights& lw, const std::vector<const void*>& at) {
+  LayerWeights s;
+  s.moe = lw.moe;
+  s.has_shared_expert = lw.has_shared_expert;
+  s.router = lw.router;
+  s.shared_gate = lw.shared_gate;
+  size_t i = 0;
+  auto stage = [&](const ops::MlpWeights& w) {
+    ops::MlpWeights o;
+    o.gate = w.gate.WithData(at[i++]);
+    o.up = w.up.WithData(at[i++]);
+    o.down = w.down.WithData(at[i++]);
+    return o;
+  };
+  if (!lw.moe) {
+    s.mlp = stage(lw.mlp);
+    return s;
+  }
+  s.experts.reserve(lw.experts.size());
+  for (const ops::MlpWeights& e : lw.experts) s.experts.push_back(stage(e));
+  if (lw.has_shared_expert) s.shared = stage(lw.shared);
+  return s;
+}
+
+}  // namespace
+
+absl::Status Engine::SetUpStreaming(const EngineOptions& options) {
+  if (options.weight_budget_bytes < 0 || options.stream_page_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        "engine options: weight_budget_bytes must be >= 0 and stream_page_bytes > 0");
+  }
+  std::vector<int64_t> streamed;
+  int64_t largest = 0;
+  if (!options.streamed_ffn_layers.empty()) {
+    absl::flat_hash_set<int64_t> seen;
+    for (int64_t l : options.streamed_ffn_layers) {
+      if (l < 0 || l >= static_cast<int64_t>(weights_.layers.size()) || !seen.insert(l).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "engine options: streamed layer ", l, " is out of range or listed twice"));
+      }
+      largest = std::max(largest, FfnBytes(weights_.layers[static_cast<size_t>(l)]));
+    }
+    streamed = options.streamed_ffn_layers;
+    std::sort(streamed.begin(), streamed.end());
+    return StartStreaming(streamed, largest, options.stream_page_bytes);
+  }
+  if (options.weight_budget_bytes == 0) return absl::OkStatus();
+  int64_t total = weights_.lm_head.nbytes();
+  for (const LayerWeights& l : weights_.layers) {
+    for (const ops::LinearWeight* w : {&l.q, &l.k, &l.v, &l.o, &l.router}) total += w->nbytes();
+    total += FfnBytes(l);
+  }
+  // Stream the last layers' FFNs until the resident weights and the two
+  // staging buffers fit.
+  int64_t resident = total;
+  for (int64_t l = static_cast<int64_t>(weights_.layers.size()) - 1;
+       l >= 0 && resident + 2 * largest > options.weight_budget_bytes; --l) {
+    const int64_t b = FfnBytes(weights_.layers[static_cast<size_t>(l)]);
+    resident -= b;
+    largest = std::max(largest, b);
+    streamed.insert(streamed.begin(), l);
+  }
+  if (resident + 2 * largest > options.weight_budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a weight budget of ", options.weight_budget_bytes, " bytes holds not even the ",
+        resident, " bytes of attention weights and LM head plus two staging buffers of ",
+        largest, " bytes"));
+  }
+  if (streamed.empty()) return absl::OkStatus();
+  return StartStreaming(streamed, largest, options.stream_page_bytes);
+}
+
+absl::Status Engine::StartStreaming(const std::vector<int64_t>& streamed, int64_t largest,
+                                    int64_t page_bytes) {
+  std::vector<StreamedLayer> layers;
+  for (int64_t l : streamed) {
+    StreamedLayer sl;
+    sl.layer = l;
+    for (const ops::LinearWeight* w : FfnMatrices(weights_.layers[static_cast<size_t>(l)])) {
+      sl.matrices.push_back({w->data(), static_cast<size_t>(w->nbytes())});
+    }
+    layers.push_back(std::move(sl));
+  }
+  for (HugePageArray& s : staging_) {
+    TANDEM_ASSIGN_OR_RETURN(s, HugePageArray::Allocate(static_cast<size_t>(largest + 3) / 4));
+  }
+  copy_engine_ = std::make_unique<HostCopyEngine>();
+  TANDEM_ASSIGN_OR_RETURN(
+      pager_, WeightPager::Create(std::move(layers), staging_[0].data(), staging_[1].data(),
+                                  static_cast<size_t>(largest), static_cast<size_t>(page_bytes),
+                                  copy_engine_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Ffn(int64_t l, const LayerWeights& lw, int64_t rows) {
+  if (lw.moe) return Moe(l, lw, rows);
+  ops::RunMlp(lw.mlp, h_.data(), rows, out_.data(), mlp_scratch_);
+  return absl::OkStatus();
 }
 
 int64_t Engine::SequenceLength(int64_t seq_id) const {
@@ -168,20 +295,37 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
   }
   ops::EmbeddingLookup(weights_.token_embd, ids.data(), total, x_.data());
 
+  // A step that fails part-way leaves streamed layers in flight out of
+  // order: start the next one from scratch.
+  struct PagerReset {
+    WeightPager* pager;
+    bool done = false;
+    ~PagerReset() {
+      if (pager != nullptr && !done) pager->Reset();
+    }
+  } pager_reset{pager_.get()};
+  if (pager_ != nullptr) pager_->BeginStep();
+
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
     ops::RmsNorm(x_.data(), total, hidden, lw.attn_norm.data(), c.rms_norm_eps, h_.data());
     TANDEM_RETURN_IF_ERROR(Attention(l, batch));
     ops::AddScaled(out_.data(), 1.0f, total * hidden, x_.data());
     ops::RmsNorm(x_.data(), total, hidden, lw.ffn_norm.data(), c.rms_norm_eps, h_.data());
-    if (lw.moe) {
-      TANDEM_RETURN_IF_ERROR(Moe(l, lw, total));
+    if (pager_ != nullptr && pager_->IsStreamed(l)) {
+      // Host-resident FFN: computed from the copy streamed in while the
+      // previous streamed layer ran; releasing it lets the next one in.
+      TANDEM_ASSIGN_OR_RETURN(std::vector<const void*> at, pager_->Acquire(l));
+      TANDEM_RETURN_IF_ERROR(Ffn(l, StagedFfn(lw, at), total));
+      pager_->Release(l);
     } else {
-      ops::RunMlp(lw.mlp, h_.data(), total, out_.data(), mlp_scratch_);
+      TANDEM_RETURN_IF_ERROR(Ffn(l, lw, total));
     }
     TANDEM_RETURN_IF_ERROR(ReduceOut(total));
     ops::AddScaled(out_.data(), 1.0f, total * hidden, x_.data());
   }
+
+  pager_reset.done = true;
 
   // Final norm and LM head only on the rows whose logits are wanted.
   StepResult r;

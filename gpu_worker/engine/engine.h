@@ -17,9 +17,12 @@
 #include "cpu_worker/ops/linear.h"
 #include "gpu_worker/engine/all_reduce.h"
 #include "gpu_worker/engine/attention_offload.h"
+#include "gpu_worker/engine/copy_engine.h"
 #include "gpu_worker/engine/expert_offload.h"
 #include "gpu_worker/engine/kv_cache.h"
 #include "gpu_worker/engine/model_weights.h"
+#include "gpu_worker/engine/weight_pager.h"
+#include "cpu_worker/kv/huge_page_array.h"
 
 namespace tandem {
 
@@ -34,6 +37,17 @@ struct EngineOptions {
   // the group must run the same Steps with the same batches. Expert and
   // attention offloads do not combine with it yet (FailedPrecondition).
   AllReduce* tensor_parallel = nullptr;
+  // Bytes of weights the device keeps resident (0: all of them). The FFN
+  // weights (dense MLP, or routed and shared experts) of the layers past
+  // it, from the last layer backwards, stay in host memory and are streamed
+  // page by page into a double-buffered staging area just before use
+  // (weight_pager.h; ScheInfer's CG part). On the host device the copies are
+  // real memcpys, so the paging runs, and is tested, without a GPU.
+  int64_t weight_budget_bytes = 0;
+  // The layers whose FFN weights are streamed, as a policy names them (its
+  // CG layers); when given, weight_budget_bytes is not consulted.
+  std::vector<int64_t> streamed_ffn_layers;
+  int64_t stream_page_bytes = int64_t{1} << 20;
 };
 
 // One sequence's part of a step.
@@ -93,6 +107,8 @@ class Engine {
   // Blocks of the engine's own KV cache not held by any sequence.
   int64_t free_kv_blocks() const { return kv_->free_blocks(); }
   ops::ComputeType compute_type() const { return weights_.lm_head.compute_type(); }
+  // Null unless weight_budget_bytes left some layers' FFN weights streamed.
+  const WeightPager* weight_pager() const { return pager_.get(); }
 
  private:
   Engine() = default;
@@ -101,6 +117,13 @@ class Engine {
   void Place(const SequenceChunk& s);
   absl::Status Attention(int64_t layer, const std::vector<SequenceChunk>& batch);
   absl::Status Moe(int64_t layer, const LayerWeights& l, int64_t rows);
+  // Picks the layers whose FFN weights are streamed under
+  // options.weight_budget_bytes and sets up the pager.
+  absl::Status SetUpStreaming(const EngineOptions& options);
+  absl::Status StartStreaming(const std::vector<int64_t>& layers, int64_t largest_bytes,
+                              int64_t page_bytes);
+  // The FFN of layer `l`, computed from `lw` (reads h_, writes out_).
+  absl::Status Ffn(int64_t l, const LayerWeights& lw, int64_t rows);
   // Sums a row-parallel layer's partial output out_[rows, hidden] over the
   // tensor-parallel ranks (a no-op on one rank).
   absl::Status ReduceOut(int64_t rows);
@@ -119,6 +142,11 @@ class Engine {
   ExpertOffload* offload_ = nullptr;
   AttentionOffload* attn_offload_ = nullptr;
   AllReduce* tp_ = nullptr;  // null or a group of one: no tensor parallelism
+  // Streaming of host-resident FFN weights (null: all resident). The copy
+  // engine outlives the pager, which outlives nothing it copies into.
+  std::unique_ptr<HostCopyEngine> copy_engine_;
+  HugePageArray staging_[2];
+  std::unique_ptr<WeightPager> pager_;
   int64_t heads_ = 0;        // query heads of this rank
   int64_t kv_heads_ = 0;     // KV heads of this rank
 

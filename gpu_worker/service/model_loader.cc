@@ -79,6 +79,12 @@ absl::StatusOr<EngineOptions> EngineOptionsFor(const proto::LoadModelRequest& re
   int64_t ctx = req.max_context() > 0 ? req.max_context() : std::min<int64_t>(c.max_position, 8192);
   if (c.sliding_window > 0) ctx = std::min(ctx, c.sliding_window);
   o.max_context = ctx;
+  if (req.weight_budget_bytes() < 0) {
+    return absl::InvalidArgumentError("LoadModel: weight_budget_bytes must be >= 0");
+  }
+  o.weight_budget_bytes = req.weight_budget_bytes();
+  o.streamed_ffn_layers.assign(req.streamed_ffn_layers().begin(),
+                               req.streamed_ffn_layers().end());
   o.max_sequences = req.kv_blocks() > 0
                         ? std::max<int64_t>(1, req.kv_blocks() * o.block_size / ctx)
                         : kDefaultSequences;

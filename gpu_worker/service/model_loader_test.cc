@@ -1,0 +1,75 @@
+// LoadModel's weight placement: a weight budget or a list of streamed layers
+// in the request reaches the engine (its FFN weights streamed through the
+// pager), steps give the resident load's tokens, and bad values are refused.
+#include "gpu_worker/service/model_loader.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+proto::LoadModelRequest Request(const std::string& model) {
+  proto::LoadModelRequest req;
+  req.set_model_path(std::string(TANDEM_TESTDATA_DIR) + "/models/" + model);
+  req.set_max_context(64);
+  req.set_kv_blocks(16);
+  req.set_block_size(8);
+  return req;
+}
+
+std::vector<int32_t> Greedy(StepExecutor& ex) {
+  std::vector<int32_t> out;
+  std::vector<int32_t> tokens = {5, 9, 13, 2, 7};
+  int64_t pos = 0;
+  for (int step = 0; step < 6; ++step) {
+    proto::StepPlan plan;
+    plan.set_step(step);
+    proto::StepSequence* s = plan.add_sequences();
+    s->set_seq_id(1);
+    for (int32_t t : tokens) s->add_tokens(t);
+    s->set_start_pos(pos);
+    s->set_sample(true);
+    s->mutable_sampling()->set_top_p(1.0f);
+    auto r = ex.Run(plan);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return out;
+    pos += static_cast<int64_t>(tokens.size());
+    tokens = {r->results(0).token()};
+    out.push_back(tokens[0]);
+  }
+  return out;
+}
+
+TEST(ModelLoaderPlacement, StreamedLayersReachTheEngineAndKeepTheTokens) {
+  auto resident = LoadModelForWorker(Request("qwen2_moe_f32"));
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  EXPECT_EQ(resident->executor->engine().weight_pager(), nullptr);
+  const std::vector<int32_t> want = Greedy(*resident->executor);
+
+  proto::LoadModelRequest listed = Request("qwen2_moe_f32");
+  listed.add_streamed_ffn_layers(0);
+  listed.add_streamed_ffn_layers(2);
+  auto streamed = LoadModelForWorker(listed);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  const WeightPager* pager = streamed->executor->engine().weight_pager();
+  ASSERT_NE(pager, nullptr);
+  ASSERT_EQ(pager->layers().size(), 2u);
+  EXPECT_EQ(pager->layers()[0].layer, 0);
+  EXPECT_EQ(pager->layers()[1].layer, 2);
+  EXPECT_EQ(Greedy(*streamed->executor), want);
+
+  proto::LoadModelRequest budget = Request("qwen2_moe_f32");
+  budget.set_weight_budget_bytes(1);  // holds nothing
+  EXPECT_EQ(LoadModelForWorker(budget).status().code(), absl::StatusCode::kResourceExhausted);
+  budget.set_weight_budget_bytes(-1);
+  EXPECT_EQ(LoadModelForWorker(budget).status().code(), absl::StatusCode::kInvalidArgument);
+  proto::LoadModelRequest bad = Request("qwen2_moe_f32");
+  bad.add_streamed_ffn_layers(3);
+  EXPECT_EQ(LoadModelForWorker(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem
