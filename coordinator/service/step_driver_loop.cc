@@ -1,5 +1,6 @@
 // StepDriver's loop: event delivery, model loads, steps and worker loss.
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -135,17 +136,37 @@ void StepDriver::LoadModel() {
     loads_.push_back(loads.back().get());
   }
   mu_.Unlock();
-  for (auto& l : loads) l->Wait();
-  mu_.Lock();
-  loads_.clear();
-  absl::StatusOr<proto::LoadModelResponse> r = loads[0]->result();
-  for (size_t i = 1; i < loads.size() && r.ok(); ++i) {
-    absl::StatusOr<proto::LoadModelResponse> peer = loads[i]->result();
-    if (!peer.ok()) {
-      r = absl::Status(peer.status().code(),
-                       absl::StrCat("rank ", ranks[i].rank, ": ", peer.status().message()));
+  // A rank that fails makes the others' loads pointless (ranks > 0 would
+  // wait for a group that rank 0 never forms): cancel them at once.
+  for (bool all_done = false; !all_done;) {
+    all_done = true;
+    bool failed = false;
+    for (auto& l : loads) {
+      if (!l->Wait(absl::Milliseconds(20))) {
+        all_done = false;
+      } else if (!l->result().ok()) {
+        failed = true;
+      }
+    }
+    if (failed) {
+      for (auto& l : loads) l->Cancel();
     }
   }
+  mu_.Lock();
+  loads_.clear();
+  // Rank 0's response, or the failure that caused the others' (a rank
+  // cancelled because another failed reports that one).
+  absl::StatusOr<proto::LoadModelResponse> r = loads[0]->result();
+  std::optional<absl::Status> cause;
+  for (size_t i = 0; i < loads.size(); ++i) {
+    const absl::Status s = loads[i]->result().status();
+    if (s.ok() || (cause.has_value() && !absl::IsCancelled(*cause))) continue;
+    if (cause.has_value() && absl::IsCancelled(s)) continue;
+    cause = ranks.size() == 1
+                ? s
+                : absl::Status(s.code(), absl::StrCat("rank ", ranks[i].rank, ": ", s.message()));
+  }
+  if (cause.has_value()) r = *cause;
   if (stopping_ || epoch != worker_epoch_) return;  // that worker is gone
   const int64_t need = scheduler_->num_total_blocks(sched::KvPool::kGpu);
   if (r.ok() && r->kv_blocks() < need) {

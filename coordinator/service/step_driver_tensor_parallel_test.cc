@@ -107,6 +107,23 @@ TEST_F(StepDriverTensorParallelTest, ABadPlanOnEveryRankFailsOnlyItsRequests) {
   EXPECT_EQ(r1->worker().loads(), 1);
 }
 
+TEST_F(StepDriverTensorParallelTest, ARankThatCannotLoadCancelsTheOthersAndIsReported) {
+  StartCoordinator(TpConfig(2));
+  testing::FakeWorkerServer* r0 = AddRank(0);
+  r0->worker().HoldLoads(true);  // rank 0 would wait for its peer forever
+  testing::FakeWorkerServer* r1 = AddRank(1);
+  r1->worker().FailLoads(1, absl::InvalidArgumentError("model does not split over 2 ranks"));
+  const auto start = absl::Now();
+  const int64_t id = Submit(Prompt(5, 100), Greedy(4));
+  ASSERT_TRUE(events_.WaitDone(id));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "rank 0's load was cancelled, not awaited";
+  const testing::RequestLog log = events_.Get(id);
+  EXPECT_EQ(log.last().finish_reason, FinishReason::kError);
+  EXPECT_TRUE(absl::StrContains(log.last().status.message(), "does not split"))
+      << log.last().status;
+  EXPECT_TRUE(absl::StrContains(log.last().status.message(), "rank 1")) << log.last().status;
+}
+
 TEST_F(StepDriverTensorParallelTest, BadConfigurationsAreRefused) {
   StepDriverConfig c = BaseConfig();
   c.tensor_parallel = 0;

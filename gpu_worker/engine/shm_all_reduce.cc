@@ -103,6 +103,10 @@ absl::StatusOr<std::unique_ptr<ShmAllReduce>> ShmAllReduce::Create(
       }
       const bool retry = absl::IsNotFound(seg.status()) || absl::IsUnavailable(seg.status());
       if (!retry) return seg.status();
+      if (options.cancelled && options.cancelled()) {
+        return absl::CancelledError(absl::StrCat("all-reduce rank ", rank,
+                                                 ": cancelled while waiting for group ", name));
+      }
       if (absl::Now() >= deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat("all-reduce rank ", rank, ": group ", name, " was not created within ",

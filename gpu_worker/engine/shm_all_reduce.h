@@ -19,6 +19,7 @@
 #define TANDEM_GPU_WORKER_ENGINE_SHM_ALL_REDUCE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -36,6 +37,9 @@ struct ShmAllReduceOptions {
   // How long a rank waits for its peers, at a barrier and (ranks > 0) for
   // rank 0 to create the segment.
   absl::Duration timeout = absl::Seconds(60);
+  // Polled while a rank > 0 waits for rank 0 to create the group: true ends
+  // the wait with kCancelled (e.g. the LoadModel call was cancelled).
+  std::function<bool()> cancelled;
 };
 
 class ShmAllReduce : public AllReduce {

@@ -143,6 +143,7 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
     // does not split fails at once instead of waiting for its peers.
     TANDEM_RETURN_IF_ERROR(CheckTensorParallel(c, {tp.rank(), tp.size()}));
     ShmAllReduceOptions ao;
+    ao.cancelled = cancelled;
     ao.timeout = absl::Milliseconds(req.attach_timeout_ms() > 0 ? req.attach_timeout_ms()
                                                                 : kDefaultAttachMs);
     absl::StatusOr<std::unique_ptr<ShmAllReduce>> group =
