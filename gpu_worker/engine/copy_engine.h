@@ -34,13 +34,17 @@ class CopyEngine {
   virtual void Copy(const CopyTask& task, bool urgent, Done done) = 0;
 };
 
-class HostCopyEngine final : public CopyEngine {
+// The two queues and the thread that works through them one copy at a
+// time with `copier` (which returns once the copy has landed). Devices
+// differ only in the copier.
+class QueuedCopyEngine : public CopyEngine {
  public:
-  HostCopyEngine();
+  using Copier = std::function<absl::Status(const CopyTask&)>;
+  explicit QueuedCopyEngine(Copier copier);
   // Runs what is queued, then stops.
-  ~HostCopyEngine() override;
-  HostCopyEngine(const HostCopyEngine&) = delete;
-  HostCopyEngine& operator=(const HostCopyEngine&) = delete;
+  ~QueuedCopyEngine() override;
+  QueuedCopyEngine(const QueuedCopyEngine&) = delete;
+  QueuedCopyEngine& operator=(const QueuedCopyEngine&) = delete;
 
   void Copy(const CopyTask& task, bool urgent, Done done) override;
 
@@ -55,12 +59,19 @@ class HostCopyEngine final : public CopyEngine {
   void Run();
   bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const Copier copier_;
   mutable absl::Mutex mu_;
   std::deque<Item> urgent_ ABSL_GUARDED_BY(mu_);
   std::deque<Item> pages_ ABSL_GUARDED_BY(mu_);
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
+};
+
+// The host device's: memcpy.
+class HostCopyEngine final : public QueuedCopyEngine {
+ public:
+  HostCopyEngine();
 };
 
 }  // namespace tandem
