@@ -134,7 +134,8 @@ TEST(TensorParallelConfigTest, WhatSplitsAndWhatDoesNot) {
 }
 
 // Runs the script on `size` ranks as threads; every rank's result.
-std::vector<absl::StatusOr<TpScriptResult>> RunGroup(const std::string& model, int size) {
+std::vector<absl::StatusOr<TpScriptResult>> RunGroup(const std::string& model, int size,
+                                                     const std::vector<int64_t>& streamed = {}) {
   const std::string group = shm::MakeSegmentName("test-tp");
   std::vector<absl::StatusOr<TpScriptResult>> out(static_cast<size_t>(size),
                                                   absl::UnknownError("not run"));
@@ -148,7 +149,7 @@ std::vector<absl::StatusOr<TpScriptResult>> RunGroup(const std::string& model, i
         out[r] = ar.status();
         return;
       }
-      auto engine = MakeTpEngine(model, ar->get());
+      auto engine = MakeTpEngine(model, ar->get(), streamed);
       if (!engine.ok()) {
         out[r] = engine.status();
         return;
@@ -245,6 +246,24 @@ TEST(TensorParallelEngineTest, AModelThatDoesNotSplitIsRefusedOnEveryRank) {
   auto r = (*e)->Step({SequenceChunk{1, {1, 2, 3}, 0, false}});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal) << r.status();
   EXPECT_EQ((*e)->SequenceLength(1), 0);
+}
+
+// Each rank streams its shard of the FFN weights (copies of column slices
+// for the row-parallel matrices): the group still matches one rank.
+TEST(TensorParallelEngineTest, RanksStreamingTheirShardsMatchTheSingleRankEngine) {
+  for (const std::string model : {"llama_f32", "qwen2_moe_f32"}) {
+    auto single = MakeTpEngine(ModelPath(model), nullptr);
+    ASSERT_TRUE(single.ok()) << single.status();
+    auto want = RunTpScript(**single);
+    ASSERT_TRUE(want.ok()) << want.status();
+    const auto got = RunGroup(ModelPath(model), 2, {0, 1});
+    for (int r = 0; r < 2; ++r) {
+      SCOPED_TRACE(absl::StrCat(model, " rank ", r));
+      ASSERT_TRUE(got[r].ok()) << got[r].status();
+      ExpectMatches(*got[r], *want, 1e-4);
+      EXPECT_EQ(got[r]->logits, got[0]->logits);
+    }
+  }
 }
 
 TEST(TensorParallelEngineTest, OffloadsAreRefusedNotMisused) {

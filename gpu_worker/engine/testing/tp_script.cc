@@ -18,12 +18,15 @@ int32_t Argmax(const float* row, int64_t n) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Engine>> MakeTpEngine(const std::string& model, AllReduce* ar) {
+absl::StatusOr<std::unique_ptr<Engine>> MakeTpEngine(const std::string& model, AllReduce* ar,
+                                                     std::vector<int64_t> streamed) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(model));
   EngineOptions o;
   o.max_context = 64;
   o.max_sequences = 2;
   o.tensor_parallel = ar;
+  o.streamed_ffn_layers = std::move(streamed);
+  o.stream_page_bytes = 4096;
   return Engine::Create(std::move(ckpt), o);
 }
 

@@ -23,8 +23,10 @@ struct TpScriptResult {
 };
 
 // Opens the checkpoint at `model` and builds an engine for the script (null
-// `ar`: a single rank).
-absl::StatusOr<std::unique_ptr<Engine>> MakeTpEngine(const std::string& model, AllReduce* ar);
+// `ar`: a single rank), the FFN weights of `streamed` layers streamed
+// through the weight pager.
+absl::StatusOr<std::unique_ptr<Engine>> MakeTpEngine(const std::string& model, AllReduce* ar,
+                                                     std::vector<int64_t> streamed = {});
 
 // Runs the script on `engine`.
 absl::StatusOr<TpScriptResult> RunTpScript(Engine& engine);
