@@ -121,6 +121,28 @@ class Serve:
         except urllib.error.HTTPError as e:
             return e.code, [json.loads(e.read() or b"{}")], False
 
+    def stream_and_kill(self, path, body, pid, after_events=5, timeout=120):
+        """Streams `body` and SIGKILLs `pid` once `after_events` data events
+        have arrived. Returns (events, saw [DONE], time of the kill or None,
+        time the stream ended)."""
+        body = dict(body, stream=True)
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        events, done, killed_at = [], False, None
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            for raw in r:
+                line = raw.decode().strip()
+                if not line.startswith("data: "):
+                    continue
+                if line == "data: [DONE]":
+                    done = True
+                    break
+                events.append(json.loads(line[len("data: "):]))
+                if killed_at is None and len(events) >= after_events:
+                    os.kill(pid, signal.SIGKILL)
+                    killed_at = time.time()
+        return events, done, killed_at, time.time()
+
     def child_pids(self, worker):
         """Pids of the children serve started as `worker` (gpu_worker, cpu_worker)."""
         pids = []

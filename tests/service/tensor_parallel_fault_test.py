@@ -8,12 +8,8 @@ loaded again and requests give the same text as before.
 
 usage: tensor_parallel_fault_test.py TANDEM RANDOM_MOE_DIR
 """
-import json
-import os
-import signal
 import sys
 import time
-import urllib.request
 
 from harness import Checks, Serve, pid_alive
 
@@ -43,24 +39,8 @@ def main():
                      f"{status} {before} vs {want}")
 
         body = {"model": "model", "prompt": PROMPT, "max_tokens": 3000, "temperature": 0,
-                "ignore_eos": True, "stream": True}
-        req = urllib.request.Request(serve.url + "/v1/completions",
-                                     data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        events, done, killed_at, ended_at = [], False, None, None
-        with urllib.request.urlopen(req, timeout=120) as r:
-            for raw in r:
-                line = raw.decode().strip()
-                if not line.startswith("data: "):
-                    continue
-                if line == "data: [DONE]":
-                    done = True
-                    break
-                events.append(json.loads(line[len("data: "):]))
-                if killed_at is None and len(events) >= 5:
-                    os.kill(gpus[1], signal.SIGKILL)
-                    killed_at = time.time()
-            ended_at = time.time()
+                "ignore_eos": True}
+        events, done, killed_at, ended_at = serve.stream_and_kill("/v1/completions", body, gpus[1])
         errors = [e["error"] for e in events if "error" in e]
         tokens = sum(1 for e in events if e.get("choices"))
         print(f"stream: {tokens} token events, then {errors}", flush=True)
