@@ -193,7 +193,10 @@ void StepDriver::LoadModel() {
   }
   metrics_.last_error = std::string(r.status().message());
   if (IsRetryableLoadFailure(r.status().code())) {
-    state_ = WorkerState::kNeedLoad;
+    // Retry on the newest worker of each rank: one restarted after a crash
+    // has registered again before the registry declares the old one dead.
+    SelectWorker();
+    if (state_ != WorkerState::kNeedLoad) return;  // no complete group now
     next_load_ = absl::Now() + config_.load_retry_interval;
     Log(absl::StrCat("LoadModel on gpu_worker ", target.id, " failed (",
                      r.status().ToString(), "); retrying in ",

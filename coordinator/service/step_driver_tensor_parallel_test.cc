@@ -90,6 +90,29 @@ TEST_F(StepDriverTensorParallelTest, ARankFailingAloneLosesAndReloadsTheGroup) {
   EXPECT_EQ(events_.Get(ok).tokens, Expected(prompt, 8));
 }
 
+// A rank restarted after a crash registers again before the registry has
+// declared the old one dead: the retried load goes to the new one.
+TEST_F(StepDriverTensorParallelTest, ARestartedRankIsUsedBeforeTheOldOneIsDeclaredDead) {
+  StartCoordinator(TpConfig(2), /*dead_after=*/absl::Seconds(60));
+  testing::FakeWorkerServer* r0 = AddRank(0);
+  testing::FakeWorkerServer* r1 = AddRank(1);
+  ASSERT_TRUE(WaitReady());
+  r1->Kill();
+  testing::FakeWorkerServer* r1b = AddRank(1);
+  // The request that meets the dead rank fails (it cannot resume); the next
+  // one is served by the group with the new rank 1.
+  const int64_t lost = Submit(Prompt(5, 300), Greedy(6));
+  ASSERT_TRUE(events_.WaitDone(lost));
+  const std::vector<int32_t> prompt = Prompt(5, 400);
+  const auto start = absl::Now();
+  const int64_t id = Submit(prompt, Greedy(6));
+  ASSERT_TRUE(events_.WaitDone(id));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(events_.Get(id).tokens, Expected(prompt, 6)) << events_.Get(id).last().status;
+  EXPECT_GE(r1b->worker().loads(), 1);
+  EXPECT_GE(r0->worker().loads(), 2);
+}
+
 TEST_F(StepDriverTensorParallelTest, ABadPlanOnEveryRankFailsOnlyItsRequests) {
   StartCoordinator(TpConfig(2));
   testing::FakeWorkerServer* r0 = AddRank(0);
