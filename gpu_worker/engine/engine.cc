@@ -38,7 +38,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
   const AttentionShard shard = ShardAttention(c, tp);
   e->heads_ = shard.heads;
   e->kv_heads_ = shard.kv_heads;
-  TANDEM_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Load(*ckpt, options.compute, tp));
+  for (size_t l = 0; l < options.remote_experts.size(); ++l) {
+    for (int32_t x : options.remote_experts[l]) {
+      if (static_cast<int64_t>(l) >= c.num_layers || !c.IsMoeLayer(static_cast<int64_t>(l)) ||
+          x < 0 || x >= c.num_experts) {
+        return absl::InvalidArgumentError(absl::StrCat("engine options: remote expert ", x,
+                                                       " of layer ", l, " is not in the model"));
+      }
+      e->experts_skipped_ = true;
+    }
+  }
+  TANDEM_ASSIGN_OR_RETURN(e->weights_,
+                          ModelWeights::Load(*ckpt, options.compute, tp, options.remote_experts));
   e->max_context_ = options.max_context > 0 ? options.max_context
                                             : std::min<int64_t>(c.max_position, 8192);
   // Sliding-window attention equals full attention while a sequence fits in
@@ -217,6 +228,10 @@ void Engine::Place(const SequenceChunk& s) {
 
 absl::Status Engine::Validate(const std::vector<SequenceChunk>& batch) const {
   if (batch.empty()) return absl::InvalidArgumentError("empty batch");
+  if (experts_skipped_ && offload_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "some routed experts are not loaded here (remote_experts) and no expert offload is set");
+  }
   if (tp_ != nullptr && offload_ != nullptr) {
     return absl::FailedPreconditionError(
         "expert offload does not combine with tensor parallelism yet");
@@ -526,6 +541,11 @@ absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
     const auto& toks = routed[static_cast<size_t>(e)];
     if (toks.empty() || (offload_ != nullptr && offload_->IsRemote(layer, e))) continue;
     const int64_t n = static_cast<int64_t>(toks.size());
+    if (lw.experts[static_cast<size_t>(e)].gate.rows() == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "expert ", e, " of layer ", layer,
+          " is not loaded here and the expert offload does not claim it"));
+    }
     for (int64_t i = 0; i < n; ++i) {
       std::copy_n(h_.data() + toks[i].first * hidden, hidden, ex_in_.data() + i * hidden);
     }

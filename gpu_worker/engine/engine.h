@@ -48,6 +48,10 @@ struct EngineOptions {
   // CG layers); when given, weight_budget_bytes is not consulted.
   std::vector<int64_t> streamed_ffn_layers;
   int64_t stream_page_bytes = int64_t{1} << 20;
+  // Per layer, the routed experts an expert offload computes: their weights
+  // are not loaded here (a cpu_worker holds them). Steps then need an
+  // offload that claims exactly these (FailedPrecondition otherwise).
+  std::vector<std::vector<int32_t>> remote_experts;
 };
 
 // One sequence's part of a step.
@@ -142,6 +146,7 @@ class Engine {
   ExpertOffload* offload_ = nullptr;
   AttentionOffload* attn_offload_ = nullptr;
   AllReduce* tp_ = nullptr;  // null or a group of one: no tensor parallelism
+  bool experts_skipped_ = false;  // some routed experts' weights were not loaded
   // Streaming of host-resident FFN weights (null: all resident). The copy
   // engine outlives the pager, which outlives nothing it copies into.
   std::unique_ptr<HostCopyEngine> copy_engine_;

@@ -50,6 +50,66 @@ TEST_P(ExpertOffloadTest, HalfTheExpertsOffloadedGiveTheSameLogits) {
   EXPECT_LT(diff / ref, 1e-5);
 }
 
+// The experts an offload computes need not be loaded by the engine at all
+// (the gpu_worker does not hold what its cpu_workers compute).
+TEST_P(ExpertOffloadTest, RemoteExpertsAreNotLoadedAndGiveTheSameLogits) {
+  auto full = Load(GetParam());  // all experts: the offload computes from these
+  const auto want = Logits(*full, 1);
+  auto remote = [](int64_t layer, int64_t e) { return (e + layer) % 2 == 1; };
+  const ModelConfig& c = full->config();
+  EngineOptions o;
+  o.max_context = 64;
+  o.max_sequences = 2;
+  o.remote_experts.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (!c.IsMoeLayer(l)) continue;
+    for (int32_t e = 0; e < c.num_experts; ++e) {
+      if (remote(l, e)) o.remote_experts[static_cast<size_t>(l)].push_back(e);
+    }
+  }
+  auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" + GetParam());
+  ASSERT_TRUE(ckpt.ok());
+  auto engine = Engine::Create(std::move(*ckpt), o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (!c.IsMoeLayer(l)) continue;
+    for (int32_t e = 0; e < c.num_experts; ++e) {
+      EXPECT_EQ((*engine)->weights().layers[l].experts[e].gate.rows() == 0, remote(l, e))
+          << "layer " << l << " expert " << e;
+    }
+  }
+  // Without the offload the step cannot run, and keeps nothing.
+  SequenceChunk chunk{5, {3, 14, 15}, 0, true};
+  auto r = (*engine)->Step({chunk});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_EQ((*engine)->SequenceLength(5), 0);
+  // An offload that claims fewer experts than were left out is caught.
+  LocalExpertOffload too_few(&full->weights(), [](int64_t, int64_t) { return false; });
+  (*engine)->SetExpertOffload(&too_few);
+  r = (*engine)->Step({chunk});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_EQ((*engine)->SequenceLength(5), 0);
+
+  LocalExpertOffload offload(&full->weights(), remote);
+  (*engine)->SetExpertOffload(&offload);
+  const auto got = Logits(**engine, 2);
+  ASSERT_EQ(got.size(), want.size());
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    ref = std::max(ref, std::fabs(static_cast<double>(want[i])));
+  }
+  EXPECT_LT(diff / ref, 1e-5);
+
+  // A remote expert the model does not have is refused at Create.
+  EngineOptions bad = o;
+  bad.remote_experts = {{static_cast<int32_t>(c.num_experts)}};
+  auto ckpt2 = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" + GetParam());
+  ASSERT_TRUE(ckpt2.ok());
+  EXPECT_EQ(Engine::Create(std::move(*ckpt2), bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(ExpertOffloadTest, ExpertsShardedOverThreeOffloadsGiveTheSameLogits) {
   auto engine = Load(GetParam());
   const auto want = Logits(*engine, 1);

@@ -1,5 +1,6 @@
 #include "gpu_worker/engine/model_weights.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -111,7 +112,8 @@ class ShardLoader {
   ShardStorage& storage_;
 };
 
-absl::StatusOr<LayerWeights> LoadLayer(const ShardLoader& ld, int64_t i) {
+absl::StatusOr<LayerWeights> LoadLayer(const ShardLoader& ld, int64_t i,
+                                       const std::vector<int32_t>& skip) {
   const Checkpoint& ckpt = ld.ckpt();
   const ModelConfig& c = ckpt.config();
   const AttentionShard a = ShardAttention(c, ld.tp());
@@ -157,6 +159,10 @@ absl::StatusOr<LayerWeights> LoadLayer(const ShardLoader& ld, int64_t i) {
   TANDEM_ASSIGN_OR_RETURN(l.router, ld.Whole(p + "ffn_gate_inp.weight", ops::ComputeType::kF32));
   l.experts.reserve(static_cast<size_t>(c.num_experts));
   for (int64_t e = 0; e < c.num_experts; ++e) {
+    if (std::find(skip.begin(), skip.end(), e) != skip.end()) {
+      l.experts.emplace_back();  // computed elsewhere: nothing loaded
+      continue;
+    }
     TANDEM_ASSIGN_OR_RETURN(MlpWeights m, ld.ExpertMlp(i, e));
     l.experts.push_back(std::move(m));
   }
@@ -172,7 +178,8 @@ absl::StatusOr<LayerWeights> LoadLayer(const ShardLoader& ld, int64_t i) {
 }  // namespace
 
 absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, ops::ComputeType prefer,
-                                               const TensorParallel& tp) {
+                                               const TensorParallel& tp,
+                                               const std::vector<std::vector<int32_t>>& skip_experts) {
   const ModelConfig& c = ckpt.config();
   TANDEM_RETURN_IF_ERROR(CheckTensorParallel(c, tp));
   ModelWeights w;
@@ -184,7 +191,10 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, ops::Com
   TANDEM_ASSIGN_OR_RETURN(w.lm_head, loader.Whole(head));
   w.layers.reserve(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    TANDEM_ASSIGN_OR_RETURN(LayerWeights l, LoadLayer(loader, i));
+    static const std::vector<int32_t> kNone;
+    const std::vector<int32_t>& skip =
+        static_cast<size_t>(i) < skip_experts.size() ? skip_experts[static_cast<size_t>(i)] : kNone;
+    TANDEM_ASSIGN_OR_RETURN(LayerWeights l, LoadLayer(loader, i, skip));
     w.layers.push_back(std::move(l));
   }
   return w;

@@ -50,8 +50,11 @@ struct ModelWeights {
   // every weight that rank tp.rank holds (tensor_parallel.h); q/k/v, o,
   // their biases and full q/k norms, and MLP/expert matrices are sliced,
   // everything else is whole.
+  // Routed experts listed in `skip_experts` (per layer) are left empty
+  // (rows() == 0): another process computes them.
   static absl::StatusOr<ModelWeights> Load(const Checkpoint& ckpt, ops::ComputeType prefer,
-                                           const TensorParallel& tp = {});
+                                           const TensorParallel& tp = {},
+                                           const std::vector<std::vector<int32_t>>& skip_experts = {});
 };
 
 }  // namespace tandem

@@ -198,6 +198,8 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
     ao.slot_count = 2;
     TANDEM_ASSIGN_OR_RETURN(m.attention, ShmAttentionOffload::Create(ao));
   }
+  // The experts the cpu_workers compute are not loaded here.
+  eo.remote_experts = remote;
   const int64_t max_sequences = eo.max_sequences;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
   const absl::Duration attach = absl::Milliseconds(
