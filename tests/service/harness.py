@@ -121,6 +121,16 @@ class Serve:
         except urllib.error.HTTPError as e:
             return e.code, [json.loads(e.read() or b"{}")], False
 
+    def post_until_ok(self, path, body, timeout):
+        """Posts every half second until a 200 (a restarted worker is back) or
+        `timeout` seconds pass; returns the last (status, response)."""
+        deadline = time.time() + timeout
+        while True:
+            status, resp = self.post(path, body)
+            if status == 200 or time.time() >= deadline:
+                return status, resp
+            time.sleep(0.5)
+
     def stream_and_kill(self, path, body, pid, after_events=5, timeout=120):
         """Streams `body` and SIGKILLs `pid` once `after_events` data events
         have arrived. Returns (events, saw [DONE], time of the kill or None,

@@ -9,7 +9,6 @@ loaded again and requests give the same text as before.
 usage: tensor_parallel_fault_test.py TANDEM RANDOM_MOE_DIR
 """
 import sys
-import time
 
 from harness import Checks, Serve, pid_alive
 
@@ -53,13 +52,7 @@ def main():
             checks.check(f"the stream ended within 5 s of the kill "
                          f"({ended_at - killed_at:.2f} s)", ended_at - killed_at < 5.0)
 
-        deadline = time.time() + 90
-        after = None
-        while time.time() < deadline:
-            status, after = serve.post("/v1/completions", greedy)
-            if status == 200:
-                break
-            time.sleep(0.5)
+        status, after = serve.post_until_ok("/v1/completions", greedy, 90)
         restarted = serve.child_pids("gpu_worker")
         checks.check("tandem serve started a new rank-1 gpu_worker",
                      len(restarted) == 3 and pid_alive(restarted[2]), str(restarted))

@@ -74,13 +74,7 @@ def main():
         checks.check("the killed cpu_worker is gone", not pid_alive(cpu[0]))
 
         # Serving resumes once the restarted cpu_worker has attached.
-        deadline = time.time() + 60
-        after = None
-        while time.time() < deadline:
-            status, after = serve.post("/v1/completions", greedy)
-            if status == 200:
-                break
-            time.sleep(0.5)
+        status, after = serve.post_until_ok("/v1/completions", greedy, 60)
         restarted = serve.child_pids("cpu_worker")
         checks.check("tandem serve started a new cpu_worker",
                      len(restarted) == 2 and pid_alive(restarted[1]), str(restarted))
