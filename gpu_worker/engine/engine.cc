@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "gpu_worker/engine/host_device.h"
 #include "cpu_worker/ops/attention.h"
 #include "cpu_worker/ops/elementwise.h"
 #include "cpu_worker/ops/rope.h"
@@ -14,11 +15,19 @@
 namespace tandem {
 namespace {
 
-void Grow(std::vector<float>& v, int64_t n) {
+void GrowHost(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
 }  // namespace
+
+absl::Status Engine::Grow(Scratch& s, int64_t n) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float);
+  if (s.mem != nullptr && s.mem->size() >= bytes) return absl::OkStatus();
+  s.mem.reset();
+  TANDEM_ASSIGN_OR_RETURN(s.mem, dev_->Allocate(bytes));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoint> ckpt,
                                                        const EngineOptions& options) {
@@ -29,6 +38,22 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
     return absl::InvalidArgumentError("engine options: sizes must be positive");
   }
   auto e = std::unique_ptr<Engine>(new Engine());
+  if (options.device != nullptr) {
+    e->dev_ = options.device;
+  } else {
+    e->own_device_ = std::make_unique<HostDevice>();
+    e->dev_ = e->own_device_.get();
+  }
+  if (!e->dev_->host_memory()) {
+    const bool tp_asked = options.tensor_parallel != nullptr && options.tensor_parallel->size() > 1;
+    const bool streamed = options.weight_budget_bytes > 0 || !options.streamed_ffn_layers.empty();
+    if (tp_asked || streamed || !options.remote_experts.empty()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "device ", e->dev_->name(), " does not run ",
+          tp_asked ? "tensor parallelism" : streamed ? "weight streaming" : "remote experts",
+          " yet; the host device does"));
+    }
+  }
   TensorParallel tp;
   if (options.tensor_parallel != nullptr) {
     tp = {options.tensor_parallel->rank(), options.tensor_parallel->size()};
@@ -58,7 +83,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
   const int64_t blocks_per_seq = (e->max_context_ + options.block_size - 1) / options.block_size;
   TANDEM_ASSIGN_OR_RETURN(
       e->kv_, KvCache::Create(c.num_layers, e->kv_heads_, c.head_dim,
-                              blocks_per_seq * options.max_sequences, options.block_size));
+                              blocks_per_seq * options.max_sequences, options.block_size,
+                              e->dev_));
   e->inv_freq_ = ops::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling);
   // Llama-3.x GGUF files carry their RoPE frequency scaling as per-dimension
   // divisors of the frequency (llama.cpp's rope_freqs) instead of metadata.
@@ -70,6 +96,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
     }
     for (size_t i = 0; i < e->inv_freq_.size(); ++i) e->inv_freq_[i] /= f.as<float>()[i];
   }
+  TANDEM_RETURN_IF_ERROR(e->dev_->Prepare(e->weights_, e->inv_freq_));
   e->ckpt_ = std::move(ckpt);
   TANDEM_RETURN_IF_ERROR(e->SetUpStreaming(options));
   return e;
@@ -197,8 +224,7 @@ absl::Status Engine::StartStreaming(const std::vector<int64_t>& streamed, int64_
 
 absl::Status Engine::Ffn(int64_t l, const LayerWeights& lw, int64_t rows) {
   if (lw.moe) return Moe(l, lw, rows);
-  ops::RunMlp(lw.mlp, h_.data(), rows, out_.data(), mlp_scratch_);
-  return absl::OkStatus();
+  return dev_->Mlp(lw.mlp, h_.data(), rows, out_.data());
 }
 
 int64_t Engine::SequenceLength(int64_t seq_id) const {
@@ -231,6 +257,10 @@ absl::Status Engine::Validate(const std::vector<SequenceChunk>& batch) const {
   if (experts_skipped_ && offload_ == nullptr) {
     return absl::FailedPreconditionError(
         "some routed experts are not loaded here (remote_experts) and no expert offload is set");
+  }
+  if (!dev_->host_memory() && (offload_ != nullptr || attn_offload_ != nullptr)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "expert and attention offloads do not combine with device ", dev_->name(), " yet"));
   }
   if (tp_ != nullptr && offload_ != nullptr) {
     return absl::FailedPreconditionError(
@@ -296,9 +326,9 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
   int64_t total = 0;
   for (const SequenceChunk& s : batch) total += static_cast<int64_t>(s.tokens.size());
 
-  Grow(x_, total * hidden);
-  Grow(h_, total * hidden);
-  Grow(out_, total * hidden);
+  TANDEM_RETURN_IF_ERROR(Grow(x_, total * hidden));
+  TANDEM_RETURN_IF_ERROR(Grow(h_, total * hidden));
+  TANDEM_RETURN_IF_ERROR(Grow(out_, total * hidden));
   positions_.resize(static_cast<size_t>(total));
   std::vector<int32_t> ids;
   ids.reserve(static_cast<size_t>(total));
@@ -308,7 +338,7 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
       ids.push_back(s.tokens[i]);
     }
   }
-  ops::EmbeddingLookup(weights_.token_embd, ids.data(), total, x_.data());
+  TANDEM_RETURN_IF_ERROR(dev_->Embedding(weights_.token_embd, ids.data(), total, x_.data()));
 
   // A step that fails part-way leaves streamed layers in flight out of
   // order: start the next one from scratch.
@@ -323,10 +353,12 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
 
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
-    ops::RmsNorm(x_.data(), total, hidden, lw.attn_norm.data(), c.rms_norm_eps, h_.data());
+    TANDEM_RETURN_IF_ERROR(
+        dev_->RmsNorm(x_.data(), total, hidden, lw.attn_norm.data(), c.rms_norm_eps, h_.data()));
     TANDEM_RETURN_IF_ERROR(Attention(l, batch));
-    ops::AddScaled(out_.data(), 1.0f, total * hidden, x_.data());
-    ops::RmsNorm(x_.data(), total, hidden, lw.ffn_norm.data(), c.rms_norm_eps, h_.data());
+    TANDEM_RETURN_IF_ERROR(dev_->AddScaled(out_.data(), 1.0f, total * hidden, x_.data()));
+    TANDEM_RETURN_IF_ERROR(
+        dev_->RmsNorm(x_.data(), total, hidden, lw.ffn_norm.data(), c.rms_norm_eps, h_.data()));
     if (pager_ != nullptr && pager_->IsStreamed(l)) {
       // Host-resident FFN: computed from the copy streamed in while the
       // previous streamed layer ran; releasing it lets the next one in.
@@ -337,7 +369,7 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
       TANDEM_RETURN_IF_ERROR(Ffn(l, lw, total));
     }
     TANDEM_RETURN_IF_ERROR(ReduceOut(total));
-    ops::AddScaled(out_.data(), 1.0f, total * hidden, x_.data());
+    TANDEM_RETURN_IF_ERROR(dev_->AddScaled(out_.data(), 1.0f, total * hidden, x_.data()));
   }
 
   pager_reset.done = true;
@@ -346,18 +378,30 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
   StepResult r;
   r.vocab = c.vocab_size;
   int64_t rows = 0, tok = 0;
+  std::vector<int64_t> kept;  // rows of x_ whose logits are wanted
   for (const SequenceChunk& s : batch) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     const int64_t keep = s.all_logits ? n : 1;
     r.first_row.push_back(rows);
     r.num_rows.push_back(keep);
-    std::copy_n(x_.data() + (tok + n - keep) * hidden, keep * hidden, h_.data() + rows * hidden);
+    for (int64_t i = n - keep; i < n; ++i) kept.push_back(tok + i);
     rows += keep;
     tok += n;
   }
-  ops::RmsNorm(h_.data(), rows, hidden, weights_.output_norm.data(), c.rms_norm_eps, h_.data());
+  TANDEM_RETURN_IF_ERROR(dev_->GatherRows(x_.data(), hidden, kept.data(), rows, h_.data()));
+  TANDEM_RETURN_IF_ERROR(dev_->RmsNorm(h_.data(), rows, hidden, weights_.output_norm.data(),
+                                       c.rms_norm_eps, h_.data()));
   r.logits.resize(static_cast<size_t>(rows * c.vocab_size));
-  ops::Linear(h_.data(), rows, weights_.lm_head, nullptr, r.logits.data());
+  if (dev_->host_memory()) {
+    TANDEM_RETURN_IF_ERROR(
+        dev_->Linear(h_.data(), rows, weights_.lm_head, nullptr, r.logits.data()));
+  } else {
+    TANDEM_RETURN_IF_ERROR(Grow(logits_, rows * c.vocab_size));
+    TANDEM_RETURN_IF_ERROR(
+        dev_->Linear(h_.data(), rows, weights_.lm_head, nullptr, logits_.data()));
+    TANDEM_RETURN_IF_ERROR(
+        dev_->CopyToHost(logits_.data(), r.logits.size() * sizeof(float), r.logits.data()));
+  }
 
   for (const SequenceChunk& s : batch) {
     seq_len_[s.seq_id] = s.start_pos + static_cast<int64_t>(s.tokens.size());
@@ -373,82 +417,61 @@ absl::Status Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batc
   const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
   const int64_t total = static_cast<int64_t>(positions_.size());
   const int64_t qd = heads_ * c.head_dim, kvd = kv_heads_ * c.head_dim;
-  Grow(q_, total * qd);
-  Grow(k_, total * kvd);
-  Grow(v_, total * kvd);
-  Grow(attn_, total * qd);
+  TANDEM_RETURN_IF_ERROR(Grow(q_, total * qd));
+  TANDEM_RETURN_IF_ERROR(Grow(k_, total * kvd));
+  TANDEM_RETURN_IF_ERROR(Grow(v_, total * kvd));
+  TANDEM_RETURN_IF_ERROR(Grow(attn_, total * qd));
   const float* qb = lw.q_bias.empty() ? nullptr : lw.q_bias.data();
   const float* kb = lw.k_bias.empty() ? nullptr : lw.k_bias.data();
   const float* vb = lw.v_bias.empty() ? nullptr : lw.v_bias.data();
-  ops::Linear(h_.data(), total, lw.q, qb, q_.data());
-  ops::Linear(h_.data(), total, lw.k, kb, k_.data());
-  ops::Linear(h_.data(), total, lw.v, vb, v_.data());
+  TANDEM_RETURN_IF_ERROR(dev_->Linear(h_.data(), total, lw.q, qb, q_.data()));
+  TANDEM_RETURN_IF_ERROR(dev_->Linear(h_.data(), total, lw.k, kb, k_.data()));
+  TANDEM_RETURN_IF_ERROR(dev_->Linear(h_.data(), total, lw.v, vb, v_.data()));
+  const float eps = c.rms_norm_eps;
   if (c.qk_norm == QkNorm::kPerHead) {
-    ops::RmsNorm(q_.data(), total * heads_, c.head_dim, lw.q_norm.data(), c.rms_norm_eps,
-                 q_.data());
-    ops::RmsNorm(k_.data(), total * kv_heads_, c.head_dim, lw.k_norm.data(), c.rms_norm_eps,
-                 k_.data());
+    TANDEM_RETURN_IF_ERROR(
+        dev_->RmsNorm(q_.data(), total * heads_, c.head_dim, lw.q_norm.data(), eps, q_.data()));
+    TANDEM_RETURN_IF_ERROR(dev_->RmsNorm(k_.data(), total * kv_heads_, c.head_dim,
+                                         lw.k_norm.data(), eps, k_.data()));
   } else if (c.qk_norm == QkNorm::kFull && tp_ != nullptr) {
     TANDEM_RETURN_IF_ERROR(ShardedFullNorm(q_.data(), total, qd, c.q_dim(), lw.q_norm.data()));
     TANDEM_RETURN_IF_ERROR(ShardedFullNorm(k_.data(), total, kvd, c.kv_dim(), lw.k_norm.data()));
   } else if (c.qk_norm == QkNorm::kFull) {
-    ops::RmsNorm(q_.data(), total, qd, lw.q_norm.data(), c.rms_norm_eps, q_.data());
-    ops::RmsNorm(k_.data(), total, kvd, lw.k_norm.data(), c.rms_norm_eps, k_.data());
+    TANDEM_RETURN_IF_ERROR(dev_->RmsNorm(q_.data(), total, qd, lw.q_norm.data(), eps, q_.data()));
+    TANDEM_RETURN_IF_ERROR(dev_->RmsNorm(k_.data(), total, kvd, lw.k_norm.data(), eps, k_.data()));
   }
-  ops::ApplyRope(q_.data(), total, heads_, c.head_dim, positions_.data(), inv_freq_,
-                 c.rope_style);
-  ops::ApplyRope(k_.data(), total, kv_heads_, c.head_dim, positions_.data(), inv_freq_,
-                 c.rope_style);
+  TANDEM_RETURN_IF_ERROR(
+      dev_->Rope(q_.data(), total, heads_, c.head_dim, positions_.data(), c.rope_style));
+  TANDEM_RETURN_IF_ERROR(
+      dev_->Rope(k_.data(), total, kv_heads_, c.head_dim, positions_.data(), c.rope_style));
 
   // A chunk's rows are contiguous in q_/k_/v_/attn_: jobs point into them.
   attn_jobs_.clear();
+  chunks_.clear();
   int64_t tok = 0;
   for (const SequenceChunk& s : batch) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     if (s.cpu_attention) {
       attn_jobs_.push_back({s.seq_id, s.start_pos, n, q_.data() + tok * qd, k_.data() + tok * kvd,
                             v_.data() + tok * kvd, attn_.data() + tok * qd});
+    } else {
+      chunks_.push_back({tok, n, s.start_pos, &kv_->BlockTable(s.seq_id)});
     }
     tok += n;
   }
   if (!attn_jobs_.empty()) TANDEM_RETURN_IF_ERROR(attn_offload_->Submit(l, attn_jobs_));
-
-  const ops::PagedKvLayer layer = kv_->Layer(l);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  // Prefill chunks attend one by one; the decode tokens (one query each) go
-  // to AttendDecode together, so its threads share all their contexts
-  // instead of splitting each short one.
-  decode_queries_.clear();
-  tok = 0;
-  for (const SequenceChunk& s : batch) {
-    const int64_t n = static_cast<int64_t>(s.tokens.size());
-    if (!s.cpu_attention) {
-      const int32_t* table = kv_->BlockTable(s.seq_id).data();
-      ops::WriteKv(layer, table, s.start_pos, n, k_.data() + tok * kvd, v_.data() + tok * kvd);
-      if (n == 1) {
-        decode_queries_.push_back(
-            {q_.data() + tok * qd, table, s.start_pos + 1, attn_.data() + tok * qd});
-      } else {
-        ops::AttendSequence(q_.data() + tok * qd, n, heads_, layer, table, s.start_pos, scale,
-                            attn_.data() + tok * qd);
-      }
-    }
-    tok += n;
-  }
-  if (!decode_queries_.empty()) {
-    ops::AttendDecode(decode_queries_.data(), static_cast<int64_t>(decode_queries_.size()),
-                      heads_, layer, scale);
+  if (!chunks_.empty()) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    TANDEM_RETURN_IF_ERROR(dev_->Attend(kv_->Layer(l), q_.data(), k_.data(), v_.data(), heads_,
+                                        scale, chunks_, attn_.data()));
   }
 
   if (!attn_jobs_.empty()) TANDEM_RETURN_IF_ERROR(attn_offload_->Collect(l, attn_jobs_));
   const float* ob = lw.o_bias.empty() ? nullptr : lw.o_bias.data();
-  if (tp_ == nullptr) {
-    ops::Linear(attn_.data(), total, lw.o, ob, out_.data());
-    return absl::OkStatus();
-  }
+  if (tp_ == nullptr) return dev_->Linear(attn_.data(), total, lw.o, ob, out_.data());
   // Row-parallel: the partial products are summed first, the bias added
-  // once.
-  ops::Linear(attn_.data(), total, lw.o, nullptr, out_.data());
+  // once (host memory: tensor parallelism runs on the host device only).
+  TANDEM_RETURN_IF_ERROR(dev_->Linear(attn_.data(), total, lw.o, nullptr, out_.data()));
   TANDEM_RETURN_IF_ERROR(ReduceOut(total));
   if (ob != nullptr) {
     for (int64_t t = 0; t < total; ++t) {
@@ -467,7 +490,7 @@ absl::Status Engine::ReduceOut(int64_t rows) {
 // the whole projection: each rank's sum of squares per row is all-reduced.
 absl::Status Engine::ShardedFullNorm(float* x, int64_t rows, int64_t dim, int64_t full_dim,
                                      const float* w) {
-  Grow(sumsq_, rows);
+  GrowHost(sumsq_, rows);
   for (int64_t r = 0; r < rows; ++r) {
     double ss = 0;  // f32 squares summed in double, as ops::RmsNorm
     for (int64_t i = 0; i < dim; ++i) {
@@ -491,41 +514,45 @@ absl::Status Engine::ShardedFullNorm(float* x, int64_t rows, int64_t dim, int64_
 absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
   const ModelConfig& c = config();
   const int64_t hidden = c.hidden_size, experts = c.num_experts, k = c.num_experts_per_tok;
-  Grow(router_logits_, rows * experts);
+  TANDEM_RETURN_IF_ERROR(Grow(router_logits_, rows * experts));
   route_ids_.resize(static_cast<size_t>(rows * k));
-  Grow(route_w_, rows * k);
-  ops::Linear(h_.data(), rows, lw.router, nullptr, router_logits_.data());
-  ops::RouteTopK(router_logits_.data(), rows, experts, k, c.norm_topk_prob, route_ids_.data(),
-                 route_w_.data());
+  GrowHost(route_w_, rows * k);
+  TANDEM_RETURN_IF_ERROR(dev_->Linear(h_.data(), rows, lw.router, nullptr, router_logits_.data()));
+  TANDEM_RETURN_IF_ERROR(dev_->RouteTopK(router_logits_.data(), rows, experts, k,
+                                         c.norm_topk_prob, route_ids_.data(), route_w_.data()));
 
-  // Tokens per expert, in token order: (token, weight).
-  std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(experts));
+  // Tokens per expert in token order, and their routing weights.
+  std::vector<std::vector<int64_t>> tokens(static_cast<size_t>(experts));
+  std::vector<std::vector<float>> weights(static_cast<size_t>(experts));
   for (int64_t t = 0; t < rows; ++t) {
     for (int64_t j = 0; j < k; ++j) {
       const size_t r = static_cast<size_t>(t * k + j);
-      routed[static_cast<size_t>(route_ids_[r])].push_back({t, route_w_[r]});
+      tokens[static_cast<size_t>(route_ids_[r])].push_back(t);
+      weights[static_cast<size_t>(route_ids_[r])].push_back(route_w_[r]);
     }
   }
+  auto remote = [&](int64_t e) { return offload_ != nullptr && offload_->IsRemote(layer, e); };
 
-  // Remote jobs: gather their rows into one buffer and submit.
+  // Remote jobs: gather their rows into one buffer and submit (host memory:
+  // offloads run with the host device only).
   std::vector<ExpertJob> jobs;
   if (offload_ != nullptr) {
     int64_t total_rows = 0;
     for (int64_t e = 0; e < experts; ++e) {
-      if (!routed[e].empty() && offload_->IsRemote(layer, e)) total_rows += routed[e].size();
+      if (remote(e)) total_rows += static_cast<int64_t>(tokens[e].size());
     }
-    Grow(remote_in_, total_rows * hidden);
-    Grow(remote_out_, total_rows * hidden);
+    GrowHost(remote_in_, total_rows * hidden);
+    GrowHost(remote_out_, total_rows * hidden);
     int64_t at = 0;
     for (int64_t e = 0; e < experts; ++e) {
-      if (routed[e].empty() || !offload_->IsRemote(layer, e)) continue;
+      if (tokens[e].empty() || !remote(e)) continue;
       ExpertJob job;
       job.expert = static_cast<int32_t>(e);
-      job.rows = static_cast<int64_t>(routed[e].size());
+      job.rows = static_cast<int64_t>(tokens[e].size());
       job.input = remote_in_.data() + at * hidden;
       job.output = remote_out_.data() + at * hidden;
       for (int64_t i = 0; i < job.rows; ++i) {
-        std::copy_n(h_.data() + routed[e][i].first * hidden, hidden,
+        std::copy_n(h_.data() + tokens[e][i] * hidden, hidden,
                     remote_in_.data() + (at + i) * hidden);
       }
       at += job.rows;
@@ -534,37 +561,30 @@ absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
     if (!jobs.empty()) TANDEM_RETURN_IF_ERROR(offload_->Submit(layer, jobs));
   }
 
-  std::fill_n(out_.data(), rows * hidden, 0.0f);
-  Grow(ex_in_, rows * hidden);
-  Grow(ex_out_, rows * hidden);
+  TANDEM_RETURN_IF_ERROR(dev_->Zero(out_.data(), rows * hidden));
+  TANDEM_RETURN_IF_ERROR(Grow(ex_in_, rows * hidden));
+  TANDEM_RETURN_IF_ERROR(Grow(ex_out_, rows * hidden));
   for (int64_t e = 0; e < experts; ++e) {
-    const auto& toks = routed[static_cast<size_t>(e)];
-    if (toks.empty() || (offload_ != nullptr && offload_->IsRemote(layer, e))) continue;
+    const std::vector<int64_t>& toks = tokens[static_cast<size_t>(e)];
+    if (toks.empty() || remote(e)) continue;
     const int64_t n = static_cast<int64_t>(toks.size());
     if (lw.experts[static_cast<size_t>(e)].gate.rows() == 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "expert ", e, " of layer ", layer,
           " is not loaded here and the expert offload does not claim it"));
     }
-    for (int64_t i = 0; i < n; ++i) {
-      std::copy_n(h_.data() + toks[i].first * hidden, hidden, ex_in_.data() + i * hidden);
-    }
-    ops::RunMlp(lw.experts[static_cast<size_t>(e)], ex_in_.data(), n, ex_out_.data(), mlp_scratch_);
-    for (int64_t i = 0; i < n; ++i) {
-      ops::AddScaled(ex_out_.data() + i * hidden, toks[i].second, hidden,
-                     out_.data() + toks[i].first * hidden);
-    }
+    TANDEM_RETURN_IF_ERROR(dev_->GatherRows(h_.data(), hidden, toks.data(), n, ex_in_.data()));
+    TANDEM_RETURN_IF_ERROR(
+        dev_->Mlp(lw.experts[static_cast<size_t>(e)], ex_in_.data(), n, ex_out_.data()));
+    TANDEM_RETURN_IF_ERROR(dev_->ScatterAddRows(ex_out_.data(), hidden, toks.data(),
+                                                weights[static_cast<size_t>(e)].data(), n,
+                                                out_.data()));
   }
 
   if (lw.has_shared_expert) {
-    ops::RunMlp(lw.shared, h_.data(), rows, ex_out_.data(), mlp_scratch_);
-    for (int64_t t = 0; t < rows; ++t) {
-      const float* ht = h_.data() + t * hidden;
-      double dot = 0;
-      for (int64_t i = 0; i < hidden; ++i) dot += static_cast<double>(ht[i]) * lw.shared_gate[i];
-      const float g = 1.0f / (1.0f + std::exp(-static_cast<float>(dot)));
-      ops::AddScaled(ex_out_.data() + t * hidden, g, hidden, out_.data() + t * hidden);
-    }
+    TANDEM_RETURN_IF_ERROR(dev_->Mlp(lw.shared, h_.data(), rows, ex_out_.data()));
+    TANDEM_RETURN_IF_ERROR(dev_->SigmoidGateAdd(ex_out_.data(), h_.data(), lw.shared_gate.data(),
+                                                rows, hidden, out_.data()));
   }
 
   if (!jobs.empty()) {
@@ -572,10 +592,10 @@ absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
     // Remote contributions are added last: the sum equals the all-local one
     // up to the rounding of a different order of additions.
     for (const ExpertJob& job : jobs) {
-      const auto& toks = routed[static_cast<size_t>(job.expert)];
+      const size_t e = static_cast<size_t>(job.expert);
       for (int64_t i = 0; i < job.rows; ++i) {
-        ops::AddScaled(job.output + i * hidden, toks[i].second, hidden,
-                       out_.data() + toks[i].first * hidden);
+        ops::AddScaled(job.output + i * hidden, weights[e][static_cast<size_t>(i)], hidden,
+                       out_.data() + tokens[e][static_cast<size_t>(i)] * hidden);
       }
     }
   }

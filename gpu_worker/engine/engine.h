@@ -1,7 +1,8 @@
 // The engine: runs one step of the model over a ragged batch — several
 // sequences, each contributing a chunk of consecutive tokens at its own
 // position (prefill chunks and single decode tokens mixed) — against a paged
-// KV cache, on the host device (CPU kernels of cpu_worker/ops).
+// KV cache, on a device (device.h): the host device (CPU kernels of
+// cpu_worker/ops) unless EngineOptions names another.
 #ifndef TANDEM_GPU_WORKER_ENGINE_ENGINE_H_
 #define TANDEM_GPU_WORKER_ENGINE_ENGINE_H_
 
@@ -18,6 +19,7 @@
 #include "gpu_worker/engine/all_reduce.h"
 #include "gpu_worker/engine/attention_offload.h"
 #include "gpu_worker/engine/copy_engine.h"
+#include "gpu_worker/engine/device.h"
 #include "gpu_worker/engine/expert_offload.h"
 #include "gpu_worker/engine/kv_cache.h"
 #include "gpu_worker/engine/model_weights.h"
@@ -28,6 +30,12 @@ namespace tandem {
 
 struct EngineOptions {
   ops::ComputeType compute = ops::ComputeType::kBF16;  // honoured for bf16 checkpoints only
+  // Where activations, KV and resident weights live and the ops run (not
+  // owned, outlives the engine; null: a host device the engine owns). A
+  // device without host memory (CUDA) does not combine with tensor
+  // parallelism, weight streaming, remote experts or the offloads yet
+  // (Unimplemented at Create, FailedPrecondition at Step).
+  Device* device = nullptr;
   int64_t max_context = 0;   // tokens per sequence; 0 = min(model max, 8192)
   int64_t max_sequences = 4;  // sequences whose KV fits at full context at once
   int64_t block_size = 16;
@@ -105,6 +113,7 @@ class Engine {
   int64_t SequenceLength(int64_t seq_id) const;
 
   const ModelConfig& config() const { return ckpt_->config(); }
+  const Device& device() const { return *dev_; }
   const Checkpoint& checkpoint() const { return *ckpt_; }
   const ModelWeights& weights() const { return weights_; }
   int64_t max_context() const { return max_context_; }
@@ -136,6 +145,15 @@ class Engine {
   absl::Status ShardedFullNorm(float* x, int64_t rows, int64_t dim, int64_t full_dim,
                                const float* w);
 
+  // A device scratch array of floats, grown (contents dropped) as steps need.
+  struct Scratch {
+    DeviceMemory mem;
+    float* data() const { return mem == nullptr ? nullptr : static_cast<float*>(mem->data()); }
+  };
+  absl::Status Grow(Scratch& s, int64_t n);
+
+  std::unique_ptr<Device> own_device_;  // declared first: released last
+  Device* dev_ = nullptr;
   std::unique_ptr<Checkpoint> ckpt_;
   ModelWeights weights_;
   std::unique_ptr<KvCache> kv_;
@@ -155,26 +173,27 @@ class Engine {
   int64_t heads_ = 0;        // query heads of this rank
   int64_t kv_heads_ = 0;     // KV heads of this rank
 
-  // Scratch reused across steps. T = tokens in the step.
-  std::vector<float> x_;      // [T, hidden] residual stream
-  std::vector<float> h_;      // [T, hidden] normalised input of a sublayer
-  std::vector<float> q_;      // [T, q_dim]
-  std::vector<float> k_;      // [T, kv_dim]
-  std::vector<float> v_;      // [T, kv_dim]
-  std::vector<float> attn_;   // [T, q_dim]
-  std::vector<float> out_;    // [T, hidden] sublayer output
-  ops::MlpScratch mlp_scratch_;
-  std::vector<float> ex_in_;  // [rows, hidden] tokens gathered for one expert
-  std::vector<float> ex_out_; // [rows, hidden]
-  std::vector<float> router_logits_;  // [T, experts]
+  // Scratch reused across steps, on the device. T = tokens in the step.
+  Scratch x_;       // [T, hidden] residual stream
+  Scratch h_;       // [T, hidden] normalised input of a sublayer
+  Scratch q_;       // [T, q_dim]
+  Scratch k_;       // [T, kv_dim]
+  Scratch v_;       // [T, kv_dim]
+  Scratch attn_;    // [T, q_dim]
+  Scratch out_;     // [T, hidden] sublayer output
+  Scratch ex_in_;   // [rows, hidden] tokens gathered for one expert
+  Scratch ex_out_;  // [rows, hidden]
+  Scratch router_logits_;  // [T, experts]
+  Scratch logits_;  // [rows, vocab] when the device's memory is not the host's
+  // Host memory.
   std::vector<int32_t> route_ids_;    // [T, top_k]
   std::vector<float> route_w_;        // [T, top_k]
   std::vector<int64_t> positions_;    // [T]
   std::vector<float> remote_in_;      // [T * top_k, hidden] rows sent to remote experts
   std::vector<float> remote_out_;     // [T * top_k, hidden] their results
   std::vector<AttentionJob> attn_jobs_;  // this layer's cpu_attention sequences
+  std::vector<AttentionChunk> chunks_;   // this layer's local sequences
   std::vector<float> sumsq_;          // [T] ShardedFullNorm's row statistics
-  std::vector<ops::DecodeQuery> decode_queries_;  // this layer's local decode tokens
 };
 
 }  // namespace tandem

@@ -7,7 +7,8 @@ namespace tandem {
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t num_layers, int64_t kv_heads,
                                                          int64_t head_dim, int64_t num_blocks,
-                                                         int64_t block_size) {
+                                                         int64_t block_size,
+                                                         Device* device) {
   if (num_layers <= 0 || kv_heads <= 0 || head_dim <= 0 || num_blocks <= 0 || block_size <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "KV cache dimensions must be positive: layers=", num_layers, " kv_heads=", kv_heads,
@@ -24,8 +25,18 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t num_layers, int
   kv->head_dim_ = head_dim;
   kv->num_blocks_ = num_blocks;
   kv->block_size_ = block_size;
-  TANDEM_ASSIGN_OR_RETURN(kv->k_, HugePageArray::Allocate(static_cast<size_t>(elems)));
-  TANDEM_ASSIGN_OR_RETURN(kv->v_, HugePageArray::Allocate(static_cast<size_t>(elems)));
+  if (device != nullptr) {
+    const size_t bytes = static_cast<size_t>(elems) * sizeof(float);
+    TANDEM_ASSIGN_OR_RETURN(kv->dev_k_, device->Allocate(bytes));
+    TANDEM_ASSIGN_OR_RETURN(kv->dev_v_, device->Allocate(bytes));
+    kv->k_ = static_cast<float*>(kv->dev_k_->data());
+    kv->v_ = static_cast<float*>(kv->dev_v_->data());
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(kv->host_k_, HugePageArray::Allocate(static_cast<size_t>(elems)));
+    TANDEM_ASSIGN_OR_RETURN(kv->host_v_, HugePageArray::Allocate(static_cast<size_t>(elems)));
+    kv->k_ = kv->host_k_.data();
+    kv->v_ = kv->host_v_.data();
+  }
   kv->free_.reserve(static_cast<size_t>(num_blocks));
   // Hand out low block ids first.
   for (int64_t b = num_blocks - 1; b >= 0; --b) kv->free_.push_back(static_cast<int32_t>(b));
@@ -72,8 +83,8 @@ ops::PagedKvLayer KvCache::Layer(int64_t layer) const {
   TANDEM_CHECK(layer >= 0 && layer < num_layers_);
   const int64_t per_layer = num_blocks_ * block_size_ * kv_heads_ * head_dim_;
   ops::PagedKvLayer l;
-  l.k = k_.data() + layer * per_layer;
-  l.v = v_.data() + layer * per_layer;
+  l.k = k_ + layer * per_layer;
+  l.v = v_ + layer * per_layer;
   l.block_size = block_size_;
   l.kv_heads = kv_heads_;
   l.head_dim = head_dim_;

@@ -12,15 +12,18 @@
 #include "absl/status/statusor.h"
 #include "cpu_worker/kv/huge_page_array.h"
 #include "cpu_worker/ops/attention.h"
+#include "gpu_worker/engine/device.h"
 
 namespace tandem {
 
 class KvCache {
  public:
-  // Allocates num_blocks blocks of block_size slots for every layer.
+  // Allocates num_blocks blocks of block_size slots for every layer, on
+  // `device` (not owned, outlives the cache; null: host huge pages).
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(int64_t num_layers, int64_t kv_heads,
                                                          int64_t head_dim, int64_t num_blocks,
-                                                         int64_t block_size);
+                                                         int64_t block_size,
+                                                         Device* device = nullptr);
 
   // Makes room for positions [0, new_length) of a sequence, creating it if
   // new. ResourceExhausted if the pool runs out (nothing is taken then).
@@ -40,7 +43,12 @@ class KvCache {
  private:
   KvCache() = default;
   int64_t num_layers_ = 0, kv_heads_ = 0, head_dim_ = 0, num_blocks_ = 0, block_size_ = 0;
-  HugePageArray k_, v_;  // [layers, blocks, block_size, kv_heads, head_dim]
+  // [layers, blocks, block_size, kv_heads, head_dim], in host memory or on
+  // the device.
+  HugePageArray host_k_, host_v_;
+  DeviceMemory dev_k_, dev_v_;
+  float* k_ = nullptr;
+  float* v_ = nullptr;
   std::vector<int32_t> free_;
   absl::flat_hash_map<int64_t, std::vector<int32_t>> seqs_;
 };

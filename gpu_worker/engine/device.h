@@ -1,0 +1,127 @@
+// The engine's device: where a worker's activations, KV cache and resident
+// weights live and where the layer loop's ops run. Two implement it:
+// HostDevice (host_device.h) runs the CPU kernels of cpu_worker/ops, so the
+// whole engine runs, and is tested, without a GPU; CudaDevice
+// (gpu_worker/cuda/cuda_device.h) runs CUDA kernels and cuBLAS.
+//
+// Conventions of every op:
+//  * activation and KV pointers are device memory from Allocate, f32;
+//  * weights are named by the host objects of the engine's ModelWeights
+//    (a LinearWeight, a norm or bias vector's data): Prepare makes the
+//    device's own copy of each (none on the host device) and the ops compute
+//    from it, so the layer loop reads the same on every device;
+//  * small per-call metadata (token ids, positions, block tables, row
+//    indices, routing results) is in host memory;
+//  * ops are ordered as issued; CopyToHost waits for what came before;
+//  * a device serves one engine (one thread) at a time: its ops keep scratch.
+#ifndef TANDEM_GPU_WORKER_ENGINE_DEVICE_H_
+#define TANDEM_GPU_WORKER_ENGINE_DEVICE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/model_config.h"
+#include "common/tensor.h"
+#include "cpu_worker/ops/attention.h"
+#include "cpu_worker/ops/linear.h"
+#include "cpu_worker/ops/mlp.h"
+
+namespace tandem {
+
+struct ModelWeights;
+
+// Memory a device allocated; released with this object.
+class DeviceAllocation {
+ public:
+  virtual ~DeviceAllocation() = default;
+  virtual void* data() const = 0;
+  virtual size_t size() const = 0;  // bytes
+};
+using DeviceMemory = std::unique_ptr<DeviceAllocation>;
+
+// One sequence's chunk of a step's local attention: its rows of q/k/v/out
+// are [row, row + n), at positions start_pos ... of the sequence whose
+// block table (host memory, covering start_pos + n positions) is given.
+struct AttentionChunk {
+  int64_t row = 0;
+  int64_t n = 0;
+  int64_t start_pos = 0;
+  const std::vector<int32_t>* block_table = nullptr;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // "host", "cuda:0", ...
+  virtual std::string name() const = 0;
+  // True when device memory is ordinary host memory (the host device). The
+  // engine's expert and attention offloads, its tensor-parallel all-reduce
+  // and its weight streaming read activations and weights in place and
+  // need it; another device refuses them at Engine::Create.
+  virtual bool host_memory() const = 0;
+
+  // Zeroed memory. ResourceExhausted when the device has no more.
+  virtual absl::StatusOr<DeviceMemory> Allocate(size_t bytes) = 0;
+  // Copies `bytes` of device memory at `src` to host memory `dst` once the
+  // ops issued before have run.
+  virtual absl::Status CopyToHost(const void* src, size_t bytes, void* dst) = 0;
+
+  // Makes the device's copies of every weight of `w` and of the RoPE
+  // frequencies `inv_freq` (rotary_dim / 2 values). Once, before any op;
+  // `w` and `inv_freq` outlive the device's use of them.
+  virtual absl::Status Prepare(const ModelWeights& w, const std::vector<float>& inv_freq) = 0;
+
+  // out[r] = table[ids[r]] for r < n (ids in range, validated by the caller).
+  virtual absl::Status Embedding(const TensorView& table, const int32_t* ids, int64_t n,
+                                 float* out) = 0;
+  // out = x * rsqrt(mean(x^2) + eps) * w over rows of `dim` (out may be x).
+  virtual absl::Status RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w,
+                               float eps, float* out) = 0;
+  // y += scale * x over n elements.
+  virtual absl::Status AddScaled(const float* x, float scale, int64_t n, float* y) = 0;
+  // x = 0 over n elements.
+  virtual absl::Status Zero(float* x, int64_t n) = 0;
+  // y[rows, N] = x[rows, K] · w^T (+ bias[N], a vector of the weights).
+  virtual absl::Status Linear(const float* x, int64_t rows, const ops::LinearWeight& w,
+                              const float* bias, float* y) = 0;
+  // out[rows, hidden] = down(silu(gate(x)) * up(x)).
+  virtual absl::Status Mlp(const ops::MlpWeights& w, const float* x, int64_t rows,
+                           float* out) = 0;
+  // Rotates x [tokens, heads, head_dim] in place, token t at positions[t],
+  // with the frequencies given to Prepare (ops::ApplyRope).
+  virtual absl::Status Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
+                            const int64_t* positions, RopeStyle style) = 0;
+  // Writes each chunk's k/v rows [n, kv_heads * head_dim] into the cache
+  // layer through its block table, then attends its queries causally over
+  // the sequence's keys 0 .. their own position: out rows like q
+  // [rows, heads * head_dim]. Query head h reads KV head h / (heads /
+  // kv_heads).
+  virtual absl::Status Attend(const ops::PagedKvLayer& kv, const float* q, const float* k,
+                              const float* v, int64_t heads, float scale,
+                              const std::vector<AttentionChunk>& chunks, float* out) = 0;
+  // ops::RouteTopK over logits [n, experts]; ids and weights [n, k] are
+  // written to host memory.
+  virtual absl::Status RouteTopK(const float* logits, int64_t n, int64_t experts, int64_t k,
+                                 bool renormalize, int32_t* ids, float* weights) = 0;
+  // out[i] = x[rows[i]] for i < n, rows of `width`.
+  virtual absl::Status GatherRows(const float* x, int64_t width, const int64_t* rows, int64_t n,
+                                  float* out) = 0;
+  // out[rows[i]] += scales[i] * x[i] for i < n; rows distinct.
+  virtual absl::Status ScatterAddRows(const float* x, int64_t width, const int64_t* rows,
+                                      const float* scales, int64_t n, float* out) = 0;
+  // out[t] += sigmoid(h[t] · gate) * x[t] for t < rows (Qwen-MoE's shared
+  // expert gate; `gate` [width] a vector of the weights, the dot in double
+  // on the host device).
+  virtual absl::Status SigmoidGateAdd(const float* x, const float* h, const float* gate,
+                                      int64_t rows, int64_t width, float* out) = 0;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_GPU_WORKER_ENGINE_DEVICE_H_
