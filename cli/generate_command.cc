@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "common/tokenizer/tokenizer.h"
 #include "cpu_worker/service/expert_server.h"
+#include "gpu_worker/device_spec.h"
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/generator.h"
 #include "gpu_worker/engine/local_attention_offload.h"
@@ -165,6 +166,7 @@ absl::Status Run(const GenerateOptions& o) {
   } else if (o.dtype != "auto" && o.dtype != "bf16") {
     return absl::InvalidArgumentError("--dtype must be auto, bf16, f32 or quantized");
   }
+  TANDEM_ASSIGN_OR_RETURN(eo.device, DeviceFactoryFor(o.device));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
 
   // Routed experts placed on the CPU, and with --cpu-attention worker the
@@ -244,6 +246,10 @@ CLI::App* AddGenerateCommand(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--top-k", o.top_k, "Keep the k most likely tokens; 0 = all")->capture_default_str();
   cmd->add_option("--top-p", o.top_p, "Nucleus sampling mass")->capture_default_str();
   cmd->add_option("--seed,-s", o.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--device", o.device,
+                  "Device the engine runs on: host (CPU kernels), cuda or cuda:N (GPU N; builds "
+                  "with CUDA)")
+      ->capture_default_str();
   cmd->add_option("--dtype", o.dtype, "GEMM dtype: auto (bf16 for bf16 weights where the CPU has it), bf16, f32, quantized (GGUF blocks computed in place)")->capture_default_str();
   cmd->add_option("--max-context", o.max_context, "Context length; 0 = the model's (at most 8192)");
   cmd->add_option("--cpu-experts", o.cpu_experts, "Routed experts computed by a cpu_worker process: none, all or N-per-layer")->capture_default_str();

@@ -23,6 +23,7 @@ struct GenerateOptions {
   bool ignore_eos = false;
   bool no_special = false;
   std::string dtype = "auto";
+  std::string device = "host";  // host, cuda, cuda:N
   int64_t max_context = 0;
   std::string cpu_experts = "none";  // routed experts computed by a cpu_worker child
 };

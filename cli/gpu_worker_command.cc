@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "gpu_worker/service/registration.h"
+#include "gpu_worker/device_spec.h"
 #include "gpu_worker/service/worker_service.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -58,10 +59,7 @@ void WaitForStop(WorkerService& service, const sigset_t& stop_signals) {
 }
 
 absl::Status Run(const GpuWorkerOptions& o) {
-  if (o.device != "host") {
-    return absl::UnimplementedError(
-        absl::StrCat("--device ", o.device, ": this gpu_worker runs the host device only"));
-  }
+  TANDEM_ASSIGN_OR_RETURN(DeviceFactory device, DeviceFactoryFor(o.device));
   if (o.rank < 0) return absl::InvalidArgumentError("--rank must be >= 0");
   if (o.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
   if (o.threads > 0) omp_set_num_threads(o.threads);
@@ -83,6 +81,7 @@ absl::Status Run(const GpuWorkerOptions& o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   WorkerService service;
+  service.SetDevice(std::move(device));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int bound = 0;
@@ -127,7 +126,9 @@ CLI::App* AddGpuWorkerCommand(CLI::App& app, GpuWorkerOptions& o) {
   cmd->add_option("--coordinator", o.coordinator, "HOST:PORT of the coordinator's Registry; empty: do not register");
   cmd->add_option("--listen", o.listen, "HOST:PORT to serve on; port 0 picks a free one")->capture_default_str();
   cmd->add_option("--advertise", o.advertise, "HOST:PORT the coordinator should call (default: the listen address)");
-  cmd->add_option("--device", o.device, "Device: host (CPU kernels)")->capture_default_str();
+  cmd->add_option("--device", o.device,
+                  "Device: host (CPU kernels), cuda or cuda:N (GPU N; builds with CUDA)")
+      ->capture_default_str();
   cmd->add_option("--rank", o.rank, "Tensor-parallel rank")->capture_default_str();
   cmd->add_option("--threads", o.threads,
                   "OpenMP threads of the host device (0: all cores; tensor-parallel ranks on "

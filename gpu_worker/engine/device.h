@@ -13,12 +13,13 @@
 //  * small per-call metadata (token ids, positions, block tables, row
 //    indices, routing results) is in host memory;
 //  * ops are ordered as issued; CopyToHost waits for what came before;
-//  * a device serves one engine (one thread) at a time: its ops keep scratch.
+//  * a device serves one engine, one op at a time: its ops keep scratch.
 #ifndef TANDEM_GPU_WORKER_ENGINE_DEVICE_H_
 #define TANDEM_GPU_WORKER_ENGINE_DEVICE_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,11 @@ class DeviceAllocation {
   virtual size_t size() const = 0;  // bytes
 };
 using DeviceMemory = std::unique_ptr<DeviceAllocation>;
+
+class Device;
+// Makes a device for one engine (each engine owns its own: its weights,
+// streams and scratch).
+using DeviceFactory = std::function<absl::StatusOr<std::unique_ptr<Device>>()>;
 
 // One sequence's chunk of a step's local attention: its rows of q/k/v/out
 // are [row, row + n), at positions start_pos ... of the sequence whose
@@ -71,10 +77,13 @@ class Device {
   // Copies `bytes` of device memory at `src` to host memory `dst` once the
   // ops issued before have run.
   virtual absl::Status CopyToHost(const void* src, size_t bytes, void* dst) = 0;
+  // Copies `bytes` of host memory at `src` to device memory `dst`, after the
+  // ops issued before; `src` may be reused when it returns.
+  virtual absl::Status CopyToDevice(const void* src, size_t bytes, void* dst) = 0;
 
   // Makes the device's copies of every weight of `w` and of the RoPE
-  // frequencies `inv_freq` (rotary_dim / 2 values). Once, before any op;
-  // `w` and `inv_freq` outlive the device's use of them.
+  // frequencies `inv_freq` (rotary_dim / 2 values). Once, before any op
+  // (FailedPrecondition the second time); `w` outlives the device.
   virtual absl::Status Prepare(const ModelWeights& w, const std::vector<float>& inv_freq) = 0;
 
   // out[r] = table[ids[r]] for r < n (ids in range, validated by the caller).

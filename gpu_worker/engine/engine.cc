@@ -6,7 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "gpu_worker/engine/host_device.h"
+#include "gpu_worker/host/host_device.h"
 #include "cpu_worker/ops/attention.h"
 #include "cpu_worker/ops/elementwise.h"
 #include "cpu_worker/ops/rope.h"
@@ -39,11 +39,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
   }
   auto e = std::unique_ptr<Engine>(new Engine());
   if (options.device != nullptr) {
-    e->dev_ = options.device;
+    TANDEM_ASSIGN_OR_RETURN(e->own_device_, options.device());
+    if (e->own_device_ == nullptr) return absl::InvalidArgumentError("the device factory made none");
   } else {
     e->own_device_ = std::make_unique<HostDevice>();
-    e->dev_ = e->own_device_.get();
   }
+  e->dev_ = e->own_device_.get();
   if (!e->dev_->host_memory()) {
     const bool tp_asked = options.tensor_parallel != nullptr && options.tensor_parallel->size() > 1;
     const bool streamed = options.weight_budget_bytes > 0 || !options.streamed_ffn_layers.empty();

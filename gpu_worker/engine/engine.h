@@ -30,12 +30,12 @@ namespace tandem {
 
 struct EngineOptions {
   ops::ComputeType compute = ops::ComputeType::kBF16;  // honoured for bf16 checkpoints only
-  // Where activations, KV and resident weights live and the ops run (not
-  // owned, outlives the engine; null: a host device the engine owns). A
-  // device without host memory (CUDA) does not combine with tensor
-  // parallelism, weight streaming, remote experts or the offloads yet
-  // (Unimplemented at Create, FailedPrecondition at Step).
-  Device* device = nullptr;
+  // Makes the device activations, KV and resident weights live on and the
+  // ops run on; the engine owns it (null: the host device). A device
+  // without host memory (CUDA) does not combine with tensor parallelism,
+  // weight streaming, remote experts or the offloads yet (Unimplemented at
+  // Create, FailedPrecondition at Step).
+  DeviceFactory device;
   int64_t max_context = 0;   // tokens per sequence; 0 = min(model max, 8192)
   int64_t max_sequences = 4;  // sequences whose KV fits at full context at once
   int64_t block_size = 16;

@@ -117,7 +117,8 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> RemoteExperts(
 }
 
 absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& req,
-                                               const std::function<bool()>& cancelled) {
+                                               const std::function<bool()>& cancelled,
+                                               const DeviceFactory& device) {
   if (req.model_path().empty()) return absl::InvalidArgumentError("LoadModel: model_path is empty");
   if (req.attach_timeout_ms() < 0) {
     return absl::InvalidArgumentError("LoadModel: attach_timeout_ms must be >= 0");
@@ -200,6 +201,7 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
   }
   // The experts the cpu_workers compute are not loaded here.
   eo.remote_experts = remote;
+  eo.device = device;
   const int64_t max_sequences = eo.max_sequences;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
   const absl::Duration attach = absl::Milliseconds(

@@ -15,6 +15,7 @@
 #include "common/model_config.h"
 #include "common/shm/host_weight_store.h"
 #include "gpu_worker/engine/all_reduce.h"
+#include "gpu_worker/engine/device.h"
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/shm_attention_offload.h"
 #include "gpu_worker/engine/expert_offload.h"
@@ -51,8 +52,10 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> RemoteExperts(
 // Checkpoint::Open gives them, Unavailable if no cpu_worker attaches in time,
 // Cancelled if `cancelled` (polled while waiting for it) turns true; a
 // cpu_worker that refuses the CPU KV cache shape, with its own code.
+// The engine runs on the device `device` makes (null: the host device).
 absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& req,
-                                               const std::function<bool()>& cancelled = {});
+                                               const std::function<bool()>& cancelled = {},
+                                               const DeviceFactory& device = {});
 
 // Bytes of weights the engine holds (in their compute dtype).
 int64_t WeightBytes(const ModelWeights& w);

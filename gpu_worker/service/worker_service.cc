@@ -29,7 +29,7 @@ absl::StatusOr<proto::LoadModelResponse> WorkerService::DoLoadModel(
   for (const auto& store : expert_stores_) (void)shm::RemoveStaleSegments(store->name());
   expert_stores_.clear();
   absl::StatusOr<LoadedModel> m = LoadModelForWorker(
-      req, [&] { return stopping_.load() || (ctx != nullptr && ctx->IsCancelled()); });
+      req, [&] { return stopping_.load() || (ctx != nullptr && ctx->IsCancelled()); }, device_);
   if (!m.ok()) return m.status();
   expert_stores_ = std::move(m->expert_stores);
   offload_ = std::move(m->offload);

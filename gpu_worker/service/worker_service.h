@@ -25,6 +25,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/shm/host_weight_store.h"
+#include "gpu_worker/engine/device.h"
 #include "gpu_worker/engine/shm_attention_offload.h"
 #include "gpu_worker/engine/shm_expert_offload.h"
 #include "gpu_worker/service/step_executor.h"
@@ -36,6 +37,10 @@ class WorkerService final : public proto::Worker::Service {
  public:
   WorkerService() = default;
   ~WorkerService() override;
+
+  // The device every engine this worker loads runs on (default: the host
+  // device). Set before serving.
+  void SetDevice(DeviceFactory device) { device_ = std::move(device); }
 
   // --- gRPC handlers ---
   grpc::Status LoadModel(grpc::ServerContext* ctx, const proto::LoadModelRequest* req,
@@ -74,6 +79,7 @@ class WorkerService final : public proto::Worker::Service {
 
  private:
   absl::Mutex mu_;  // one engine: LoadModel, Step and Profile run one at a time
+  DeviceFactory device_;
   // The engine holds raw pointers to the offloads: executor_ goes first.
   std::vector<std::unique_ptr<shm::HostWeightStore>> expert_stores_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ExpertOffload> offload_ ABSL_GUARDED_BY(mu_);

@@ -1,4 +1,4 @@
-#include "gpu_worker/engine/host_device.h"
+#include "gpu_worker/host/host_device.h"
 
 #include <algorithm>
 #include <cmath>
@@ -37,7 +37,14 @@ absl::Status HostDevice::CopyToHost(const void* src, size_t bytes, void* dst) {
   return absl::OkStatus();
 }
 
+absl::Status HostDevice::CopyToDevice(const void* src, size_t bytes, void* dst) {
+  if (src != dst) std::memcpy(dst, src, bytes);
+  return absl::OkStatus();
+}
+
 absl::Status HostDevice::Prepare(const ModelWeights&, const std::vector<float>& inv_freq) {
+  if (prepared_) return absl::FailedPreconditionError("host device: Prepare called twice");
+  prepared_ = true;
   inv_freq_ = inv_freq;
   return absl::OkStatus();
 }

@@ -3,8 +3,8 @@
 // where ModelWeights holds them, so Prepare copies nothing. The reference
 // the CUDA device is tested against, and the device of CPU-only
 // deployments and of every test machine without a GPU.
-#ifndef TANDEM_GPU_WORKER_ENGINE_HOST_DEVICE_H_
-#define TANDEM_GPU_WORKER_ENGINE_HOST_DEVICE_H_
+#ifndef TANDEM_GPU_WORKER_HOST_HOST_DEVICE_H_
+#define TANDEM_GPU_WORKER_HOST_HOST_DEVICE_H_
 
 #include <string>
 #include <vector>
@@ -19,6 +19,7 @@ class HostDevice final : public Device {
   bool host_memory() const override { return true; }
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override;
   absl::Status CopyToHost(const void* src, size_t bytes, void* dst) override;
+  absl::Status CopyToDevice(const void* src, size_t bytes, void* dst) override;
   absl::Status Prepare(const ModelWeights& w, const std::vector<float>& inv_freq) override;
 
   absl::Status Embedding(const TensorView& table, const int32_t* ids, int64_t n,
@@ -45,6 +46,7 @@ class HostDevice final : public Device {
                               int64_t width, float* out) override;
 
  private:
+  bool prepared_ = false;
   std::vector<float> inv_freq_;
   ops::MlpScratch mlp_scratch_;
   std::vector<ops::DecodeQuery> decode_queries_;
@@ -52,4 +54,4 @@ class HostDevice final : public Device {
 
 }  // namespace tandem
 
-#endif  // TANDEM_GPU_WORKER_ENGINE_HOST_DEVICE_H_
+#endif  // TANDEM_GPU_WORKER_HOST_HOST_DEVICE_H_

@@ -1,0 +1,441 @@
+#include "gpu_worker/cuda/cuda_device.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/quant.h"
+#include "common/status_macros.h"
+#include "gpu_worker/cuda/cuda_status.h"
+#include "gpu_worker/cuda/device_info.h"
+#include "gpu_worker/cuda/kernels/decode_attention.h"
+#include "gpu_worker/cuda/kernels/elementwise.h"
+#include "gpu_worker/cuda/kernels/moe_routing.h"
+#include "gpu_worker/cuda/kernels/prefill_attention.h"
+#include "gpu_worker/cuda/kernels/rms_norm.h"
+#include "gpu_worker/cuda/kernels/row_ops.h"
+#include "gpu_worker/engine/model_weights.h"
+
+// A kernel launcher's cudaError_t (as an int) checked like a runtime call.
+#define TANDEM_LAUNCH_RETURN_IF_ERROR(stmt) \
+  TANDEM_CUDA_RETURN_IF_ERROR(static_cast<cudaError_t>(stmt))
+
+namespace tandem::cuda {
+namespace {
+
+// Device memory handed to the engine. Released after the stream has run
+// what was queued on it, which may still use it.
+class CudaAllocation final : public DeviceAllocation {
+ public:
+  CudaAllocation(DeviceBuffer b, size_t bytes, cudaStream_t s)
+      : b_(std::move(b)), bytes_(bytes), s_(s) {}
+  ~CudaAllocation() override { cudaStreamSynchronize(s_); }
+  void* data() const override { return b_.data(); }
+  size_t size() const override { return bytes_; }
+
+ private:
+  DeviceBuffer b_;
+  size_t bytes_;
+  cudaStream_t s_;
+};
+
+DType StorageDType(ops::WeightStorage s) {
+  switch (s) {
+    case ops::WeightStorage::kF32: return DType::kF32;
+    case ops::WeightStorage::kBF16: return DType::kBF16;
+    case ops::WeightStorage::kQ8_0: return DType::kQ8_0;
+    case ops::WeightStorage::kQ4_0: return DType::kQ4_0;
+    case ops::WeightStorage::kQ4_1: return DType::kQ4_1;
+  }
+  return DType::kF32;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
+  std::string why;
+  const std::vector<DeviceInfo> devices = ListDevices(&why);
+  if (ordinal < 0 || ordinal >= static_cast<int>(devices.size())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device ", ordinal, " (", devices.size(), " visible",
+                     why.empty() ? "" : ": ", why, ")"));
+  }
+  auto d = std::unique_ptr<CudaDevice>(new CudaDevice(ordinal));
+  TANDEM_RETURN_IF_ERROR(d->Use());
+  TANDEM_ASSIGN_OR_RETURN(d->stream_, Stream::Create());
+  TANDEM_ASSIGN_OR_RETURN(d->blas_, CublasHandle::Create(d->stream_));
+  return d;
+}
+
+CudaDevice::~CudaDevice() {
+  if (stream_.get() != nullptr) cudaStreamSynchronize(stream_.get());
+}
+
+std::string CudaDevice::name() const { return absl::StrCat("cuda:", ordinal_); }
+
+absl::Status CudaDevice::Use() const {
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceMemory> CudaDevice::Allocate(size_t bytes) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  TANDEM_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(std::max<size_t>(bytes, 1)));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.data(), 0, b.size(), stream_.get()));
+  return DeviceMemory(new CudaAllocation(std::move(b), bytes, stream_.get()));
+}
+
+absl::Status CudaDevice::CopyToHost(const void* src, size_t bytes, void* dst) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_.get()));
+  return stream_.Synchronize();
+}
+
+absl::Status CudaDevice::CopyToDevice(const void* src, size_t bytes, void* dst) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Reserve(DeviceBuffer& b, size_t bytes) {
+  if (b.size() >= bytes) return absl::OkStatus();
+  TANDEM_RETURN_IF_ERROR(stream_.Synchronize());
+  b = DeviceBuffer();
+  // Grow by half again, so a slowly growing batch reallocates rarely.
+  TANDEM_ASSIGN_OR_RETURN(b, DeviceBuffer::Allocate(std::max<size_t>(bytes, bytes / 2 * 3)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> CudaDevice::Upload(Slot s, const void* host, size_t bytes) {
+  DeviceBuffer& b = meta_[s];
+  TANDEM_RETURN_IF_ERROR(Reserve(b, std::max<size_t>(bytes, 256)));
+  if (bytes > 0) {
+    TANDEM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(b.data(), host, bytes, cudaMemcpyHostToDevice, stream_.get()));
+  }
+  return b.data();
+}
+
+absl::Status CudaDevice::AddParam(const std::vector<float>& v) {
+  if (v.empty() || params_.contains(v.data())) return absl::OkStatus();
+  const size_t bytes = v.size() * sizeof(float);
+  TANDEM_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(bytes));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(b.data(), v.data(), bytes, cudaMemcpyHostToDevice));
+  weight_bytes_ += static_cast<int64_t>(bytes);
+  params_.emplace(v.data(), std::move(b));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::AddLinear(const ops::LinearWeight& w) {
+  if (w.rows() == 0 || linear_.contains(&w)) return absl::OkStatus();
+  DeviceLinear d;
+  d.n = w.rows();
+  d.k = w.cols();
+  const size_t elems = static_cast<size_t>(d.n * d.k);
+  if (w.storage() == ops::WeightStorage::kF32 || w.storage() == ops::WeightStorage::kBF16) {
+    // Used as they are: f32 weights compute in f32 on the host device too.
+    d.type = w.storage() == ops::WeightStorage::kF32 ? ActType::kF32 : ActType::kBF16;
+    TANDEM_ASSIGN_OR_RETURN(d.data, DeviceBuffer::Allocate(static_cast<size_t>(w.nbytes())));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(d.data.data(), w.data(),
+                                           static_cast<size_t>(w.nbytes()),
+                                           cudaMemcpyHostToDevice));
+  } else {
+    // GGUF blocks: dequantized row by row, rounded to bf16.
+    d.type = ActType::kBF16;
+    const DType t = StorageDType(w.storage());
+    const int64_t row_bytes = d.k / DTypeBlockElems(t) * DTypeBlockBytes(t);
+    std::vector<float> row(static_cast<size_t>(d.k));
+    std::vector<uint16_t> bf(elems);
+    for (int64_t r = 0; r < d.n; ++r) {
+      ConvertToF32(t, static_cast<const uint8_t*>(w.data()) + r * row_bytes, d.k, row.data());
+      for (int64_t i = 0; i < d.k; ++i) bf[static_cast<size_t>(r * d.k + i)] = F32ToBf16(row[i]);
+    }
+    TANDEM_ASSIGN_OR_RETURN(d.data, DeviceBuffer::Allocate(elems * 2));
+    TANDEM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(d.data.data(), bf.data(), elems * 2, cudaMemcpyHostToDevice));
+  }
+  weight_bytes_ += static_cast<int64_t>(d.data.size());
+  linear_.emplace(&w, std::move(d));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Prepare(const ModelWeights& w, const std::vector<float>& inv_freq) {
+  if (prepared_) return absl::FailedPreconditionError(absl::StrCat(name(), ": Prepare called twice"));
+  prepared_ = true;
+  TANDEM_RETURN_IF_ERROR(Use());
+  // The embedding table: f32 and bf16 as they are, other dtypes as f32.
+  const TensorView& t = w.token_embd;
+  if (t.rank() != 2) return absl::InvalidArgumentError("token embeddings must be [vocab, hidden]");
+  if (!tables_.contains(t.data)) {
+    DeviceTable table;
+    if (t.dtype == DType::kF32 || t.dtype == DType::kBF16) {
+      table.type = t.dtype == DType::kF32 ? ActType::kF32 : ActType::kBF16;
+      TANDEM_ASSIGN_OR_RETURN(table.data, DeviceBuffer::Allocate(static_cast<size_t>(t.nbytes)));
+      TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(table.data.data(), t.data,
+                                             static_cast<size_t>(t.nbytes),
+                                             cudaMemcpyHostToDevice));
+    } else {
+      table.type = ActType::kF32;
+      std::vector<float> f(static_cast<size_t>(t.numel()));
+      const int64_t hidden = t.dim(1);
+      const int64_t row_bytes = hidden / DTypeBlockElems(t.dtype) * DTypeBlockBytes(t.dtype);
+      for (int64_t r = 0; r < t.dim(0); ++r) {
+        ConvertToF32(t.dtype, t.as<uint8_t>() + r * row_bytes, hidden, f.data() + r * hidden);
+      }
+      TANDEM_ASSIGN_OR_RETURN(table.data, DeviceBuffer::Allocate(f.size() * sizeof(float)));
+      TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(table.data.data(), f.data(),
+                                             f.size() * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    weight_bytes_ += static_cast<int64_t>(table.data.size());
+    tables_.emplace(t.data, std::move(table));
+  }
+  auto mlp = [&](const ops::MlpWeights& m) -> absl::Status {
+    TANDEM_RETURN_IF_ERROR(AddLinear(m.gate));
+    TANDEM_RETURN_IF_ERROR(AddLinear(m.up));
+    return AddLinear(m.down);
+  };
+  TANDEM_RETURN_IF_ERROR(AddParam(w.output_norm));
+  TANDEM_RETURN_IF_ERROR(AddLinear(w.lm_head));
+  for (const LayerWeights& l : w.layers) {
+    for (const std::vector<float>* v : {&l.attn_norm, &l.q_bias, &l.k_bias, &l.v_bias, &l.q_norm,
+                                        &l.k_norm, &l.o_bias, &l.ffn_norm, &l.shared_gate}) {
+      TANDEM_RETURN_IF_ERROR(AddParam(*v));
+    }
+    for (const ops::LinearWeight* x : {&l.q, &l.k, &l.v, &l.o}) {
+      TANDEM_RETURN_IF_ERROR(AddLinear(*x));
+    }
+    if (!l.moe) {
+      TANDEM_RETURN_IF_ERROR(mlp(l.mlp));
+      continue;
+    }
+    TANDEM_RETURN_IF_ERROR(AddLinear(l.router));
+    for (const ops::MlpWeights& e : l.experts) TANDEM_RETURN_IF_ERROR(mlp(e));
+    if (l.has_shared_expert) TANDEM_RETURN_IF_ERROR(mlp(l.shared));
+  }
+  half_ = static_cast<int64_t>(inv_freq.size());
+  TANDEM_ASSIGN_OR_RETURN(inv_freq_,
+                          DeviceBuffer::Allocate(std::max<size_t>(inv_freq.size(), 1) * 4));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(inv_freq_.data(), inv_freq.data(),
+                                         inv_freq.size() * sizeof(float),
+                                         cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const float*> CudaDevice::Param(const float* host) const {
+  auto it = params_.find(host);
+  if (it == params_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": a vector of weights that Prepare did not copy"));
+  }
+  return it->second.as<const float>();
+}
+
+absl::StatusOr<const CudaDevice::DeviceLinear*> CudaDevice::Find(
+    const ops::LinearWeight& w) const {
+  auto it = linear_.find(&w);
+  if (it == linear_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name(), ": a [", w.rows(), ", ", w.cols(), "] weight that Prepare did not copy"));
+  }
+  return &it->second;
+}
+
+absl::Status CudaDevice::Embedding(const TensorView& table, const int32_t* ids, int64_t n,
+                                   float* out) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  auto it = tables_.find(table.data);
+  if (it == tables_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": an embedding table that Prepare did not copy"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(void* d_ids, Upload(kSlot0, ids, static_cast<size_t>(n) * 4));
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchEmbedding(it->second.data.data(), it->second.type,
+                                                table.dim(0), table.dim(1),
+                                                static_cast<const int32_t*>(d_ids), n, out,
+                                                ActType::kF32, stream_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w,
+                                 float eps, float* out) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  TANDEM_ASSIGN_OR_RETURN(const float* dw, Param(w));
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchRmsNorm(x, rows, dim, dw, eps, out, stream_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::AddScaled(const float* x, float scale, int64_t n, float* y) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchAddScaled(x, scale, n, y, stream_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Zero(float* x, int64_t n) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(x, 0, static_cast<size_t>(n) * sizeof(float), stream_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Linear(const float* x, int64_t rows, const ops::LinearWeight& w,
+                                const float* bias, float* y) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  TANDEM_ASSIGN_OR_RETURN(const DeviceLinear* d, Find(w));
+  if (rows == 0) return absl::OkStatus();
+  const void* in = x;
+  if (d->type == ActType::kBF16) {
+    TANDEM_RETURN_IF_ERROR(Reserve(x_bf16_, static_cast<size_t>(rows * d->k) * 2));
+    TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchConvert(x, ActType::kF32, x_bf16_.data(), ActType::kBF16,
+                                                rows * d->k, stream_.get()));
+    in = x_bf16_.data();
+  }
+  TANDEM_RETURN_IF_ERROR(Gemm(blas_, in, d->data.data(), d->type, rows, d->n, d->k, y));
+  if (bias != nullptr) {
+    TANDEM_ASSIGN_OR_RETURN(const float* db, Param(bias));
+    TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchAddBias(db, rows, d->n, y, stream_.get()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Mlp(const ops::MlpWeights& w, const float* x, int64_t rows,
+                             float* out) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  const int64_t ffn = w.gate.rows();
+  const size_t bytes = static_cast<size_t>(rows * ffn) * sizeof(float);
+  TANDEM_RETURN_IF_ERROR(Reserve(gate_, bytes));
+  TANDEM_RETURN_IF_ERROR(Reserve(up_, bytes));
+  float* g = gate_.as<float>();
+  float* u = up_.as<float>();
+  TANDEM_RETURN_IF_ERROR(Linear(x, rows, w.gate, nullptr, g));
+  TANDEM_RETURN_IF_ERROR(Linear(x, rows, w.up, nullptr, u));
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchSwiGlu(g, u, rows * ffn, g, ActType::kF32, stream_.get()));
+  return Linear(g, rows, w.down, nullptr, out);
+}
+
+absl::Status CudaDevice::Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
+                              const int64_t* positions, RopeStyle style) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  TANDEM_ASSIGN_OR_RETURN(void* d_pos, Upload(kSlot0, positions, static_cast<size_t>(tokens) * 8));
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchRope(x, ActType::kF32, tokens, heads, head_dim,
+                                           static_cast<const int64_t*>(d_pos),
+                                           inv_freq_.as<const float>(), half_,
+                                           style == RopeStyle::kInterleaved, stream_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Attend(const ops::PagedKvLayer& kv, const float* q, const float* k,
+                                const float* v, int64_t heads, float scale,
+                                const std::vector<AttentionChunk>& chunks, float* out) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  if (chunks.empty()) return absl::OkStatus();
+  const int64_t bs = kv.block_size;
+  // Slots of every row the chunks cover (vLLM's slot mapping); rows of no
+  // chunk are skipped.
+  int64_t rows = 0, max_blocks = 0, max_q = 0;
+  bool decode_only = true;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const AttentionChunk& c = chunks[i];
+    rows = std::max(rows, c.row + c.n);
+    max_blocks = std::max(max_blocks, static_cast<int64_t>(c.block_table->size()));
+    max_q = std::max(max_q, c.n);
+    decode_only = decode_only && c.n == 1 && c.row == static_cast<int64_t>(i);
+  }
+  std::vector<int64_t> slots(static_cast<size_t>(rows), -1);
+  std::vector<int32_t> tables(static_cast<size_t>(chunks.size() * max_blocks), 0);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const AttentionChunk& c = chunks[i];
+    const std::vector<int32_t>& t = *c.block_table;
+    if ((c.start_pos + c.n + bs - 1) / bs > static_cast<int64_t>(t.size())) {
+      return absl::InvalidArgumentError("Attend: a block table does not cover its chunk");
+    }
+    for (int64_t j = 0; j < c.n; ++j) {
+      const int64_t pos = c.start_pos + j;
+      slots[static_cast<size_t>(c.row + j)] = t[static_cast<size_t>(pos / bs)] * bs + pos % bs;
+    }
+    std::copy(t.begin(), t.end(), tables.begin() + static_cast<int64_t>(i) * max_blocks);
+  }
+  TANDEM_ASSIGN_OR_RETURN(void* d_slots, Upload(kSlot0, slots.data(), slots.size() * 8));
+  TANDEM_ASSIGN_OR_RETURN(void* d_tables, Upload(kSlot1, tables.data(), tables.size() * 4));
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchWriteKv(k, v, rows, kv.kv_heads, kv.head_dim,
+                                              static_cast<const int64_t*>(d_slots), kv.k, kv.v,
+                                              ActType::kF32, stream_.get()));
+  const int64_t n = static_cast<int64_t>(chunks.size());
+  if (decode_only) {
+    std::vector<int32_t> lens(chunks.size());
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      lens[i] = static_cast<int32_t>(chunks[i].start_pos + 1);
+    }
+    TANDEM_ASSIGN_OR_RETURN(void* d_lens, Upload(kSlot2, lens.data(), lens.size() * 4));
+    TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchPagedDecodeAttention(
+        q, kv.k, kv.v, ActType::kF32, bs, kv.kv_heads, kv.head_dim, heads,
+        static_cast<const int32_t*>(d_tables), max_blocks, static_cast<const int32_t*>(d_lens), n,
+        scale, out, stream_.get()));
+    return absl::OkStatus();
+  }
+  std::vector<int32_t> q_start(chunks.size()), q_len(chunks.size()), start(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    q_start[i] = static_cast<int32_t>(chunks[i].row);
+    q_len[i] = static_cast<int32_t>(chunks[i].n);
+    start[i] = static_cast<int32_t>(chunks[i].start_pos);
+  }
+  TANDEM_ASSIGN_OR_RETURN(void* d_qs, Upload(kSlot2, q_start.data(), q_start.size() * 4));
+  TANDEM_ASSIGN_OR_RETURN(void* d_ql, Upload(kSlot3, q_len.data(), q_len.size() * 4));
+  TANDEM_ASSIGN_OR_RETURN(void* d_sp, Upload(kSlot4, start.data(), start.size() * 4));
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchPrefillAttention(
+      q, kv.k, kv.v, ActType::kF32, bs, kv.kv_heads, kv.head_dim, heads,
+      static_cast<const int32_t*>(d_tables), max_blocks, static_cast<const int32_t*>(d_qs),
+      static_cast<const int32_t*>(d_ql), static_cast<const int32_t*>(d_sp), n, max_q, scale, out,
+      stream_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::RouteTopK(const float* logits, int64_t n, int64_t experts, int64_t k,
+                                   bool renormalize, int32_t* ids, float* weights) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(n * k, 1)) * 4;
+  TANDEM_RETURN_IF_ERROR(Reserve(route_ids_, bytes));
+  TANDEM_RETURN_IF_ERROR(Reserve(route_w_, bytes));
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchRouteTopK(logits, n, experts, k, renormalize,
+                                                route_ids_.as<int32_t>(), route_w_.as<float>(),
+                                                stream_.get()));
+  const size_t out = static_cast<size_t>(n * k) * 4;
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(ids, route_ids_.data(), out, cudaMemcpyDeviceToHost, stream_.get()));
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(weights, route_w_.data(), out, cudaMemcpyDeviceToHost, stream_.get()));
+  return stream_.Synchronize();
+}
+
+absl::Status CudaDevice::GatherRows(const float* x, int64_t width, const int64_t* rows,
+                                    int64_t n, float* out) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  std::vector<int32_t> r(rows, rows + n);
+  TANDEM_ASSIGN_OR_RETURN(void* d_rows, Upload(kSlot0, r.data(), r.size() * 4));
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchGatherRows(x, width, static_cast<const int32_t*>(d_rows), n,
+                                                 out, ActType::kF32, stream_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::ScatterAddRows(const float* x, int64_t width, const int64_t* rows,
+                                        const float* scales, int64_t n, float* out) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  std::vector<int32_t> r(rows, rows + n);
+  TANDEM_ASSIGN_OR_RETURN(void* d_rows, Upload(kSlot0, r.data(), r.size() * 4));
+  TANDEM_ASSIGN_OR_RETURN(void* d_scales, Upload(kSlot1, scales, static_cast<size_t>(n) * 4));
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchScatterAddRows(x, width, static_cast<const int32_t*>(d_rows),
+                                                     static_cast<const float*>(d_scales), n, out,
+                                                     stream_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::SigmoidGateAdd(const float* x, const float* h, const float* gate,
+                                        int64_t rows, int64_t width, float* out) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  TANDEM_ASSIGN_OR_RETURN(const float* dg, Param(gate));
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchSigmoidGateAdd(x, h, dg, rows, width, out, stream_.get()));
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,26 @@
+// The devices the device tests run on: the host device always, and where
+// Tandem is built with CUDA, the CUDA device of every visible GPU.
+#ifndef TANDEM_GPU_WORKER_ENGINE_TESTING_TEST_DEVICES_H_
+#define TANDEM_GPU_WORKER_ENGINE_TESTING_TEST_DEVICES_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gpu_worker/engine/device.h"
+
+namespace tandem::testing {
+
+struct TestDevice {
+  std::string name;
+  std::function<absl::StatusOr<std::unique_ptr<Device>>()> make;
+};
+
+// Host first. `why_no_gpu`, if given, says why no GPU device is listed.
+std::vector<TestDevice> TestDevices(std::string* why_no_gpu = nullptr);
+
+}  // namespace tandem::testing
+
+#endif  // TANDEM_GPU_WORKER_ENGINE_TESTING_TEST_DEVICES_H_
