@@ -66,10 +66,11 @@ class Device {
 
   // "host", "cuda:0", ...
   virtual std::string name() const = 0;
-  // True when device memory is ordinary host memory (the host device). The
-  // engine's expert and attention offloads, its tensor-parallel all-reduce
-  // and its weight streaming read activations and weights in place and
-  // need it; another device refuses them at Engine::Create.
+  // True when device memory is ordinary host memory (the host device): the
+  // engine then hands activations to its expert and attention offloads in
+  // place (else through host copies), and only then runs tensor
+  // parallelism and weight streaming, which read activations and weights
+  // in place (another device is refused at Engine::Create).
   virtual bool host_memory() const = 0;
 
   // Zeroed memory. ResourceExhausted when the device has no more.

@@ -48,11 +48,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
   if (!e->dev_->host_memory()) {
     const bool tp_asked = options.tensor_parallel != nullptr && options.tensor_parallel->size() > 1;
     const bool streamed = options.weight_budget_bytes > 0 || !options.streamed_ffn_layers.empty();
-    if (tp_asked || streamed || !options.remote_experts.empty()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "device ", e->dev_->name(), " does not run ",
-          tp_asked ? "tensor parallelism" : streamed ? "weight streaming" : "remote experts",
-          " yet; the host device does"));
+    if (tp_asked || streamed) {
+      return absl::UnimplementedError(
+          absl::StrCat("device ", e->dev_->name(), " does not run ",
+                       tp_asked ? "tensor parallelism" : "weight streaming",
+                       " yet; the host device does"));
     }
   }
   TensorParallel tp;
@@ -259,10 +259,6 @@ absl::Status Engine::Validate(const std::vector<SequenceChunk>& batch) const {
     return absl::FailedPreconditionError(
         "some routed experts are not loaded here (remote_experts) and no expert offload is set");
   }
-  if (!dev_->host_memory() && (offload_ != nullptr || attn_offload_ != nullptr)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "expert and attention offloads do not combine with device ", dev_->name(), " yet"));
-  }
   if (tp_ != nullptr && offload_ != nullptr) {
     return absl::FailedPreconditionError(
         "expert offload does not combine with tensor parallelism yet");
@@ -446,19 +442,39 @@ absl::Status Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batc
   TANDEM_RETURN_IF_ERROR(
       dev_->Rope(k_.data(), total, kv_heads_, c.head_dim, positions_.data(), c.rope_style));
 
-  // A chunk's rows are contiguous in q_/k_/v_/attn_: jobs point into them.
+  // A chunk's rows are contiguous in q_/k_/v_/attn_: jobs point into them
+  // (host memory), or into host copies of them made here.
   attn_jobs_.clear();
   chunks_.clear();
-  int64_t tok = 0;
+  int64_t tok = 0, staged = 0;
   for (const SequenceChunk& s : batch) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     if (s.cpu_attention) {
       attn_jobs_.push_back({s.seq_id, s.start_pos, n, q_.data() + tok * qd, k_.data() + tok * kvd,
                             v_.data() + tok * kvd, attn_.data() + tok * qd});
+      staged += n;
     } else {
       chunks_.push_back({tok, n, s.start_pos, &kv_->BlockTable(s.seq_id)});
     }
     tok += n;
+  }
+  if (!attn_jobs_.empty() && !dev_->host_memory()) {
+    GrowHost(attn_host_, staged * (2 * qd + 2 * kvd));
+    float* at = attn_host_.data();
+    for (AttentionJob& j : attn_jobs_) {
+      auto down = [&](const float* src, int64_t width) -> absl::StatusOr<float*> {
+        float* dst = at;
+        at += j.tokens * width;
+        TANDEM_RETURN_IF_ERROR(
+            dev_->CopyToHost(src, static_cast<size_t>(j.tokens * width) * sizeof(float), dst));
+        return dst;
+      };
+      TANDEM_ASSIGN_OR_RETURN(j.q, down(j.q, qd));
+      TANDEM_ASSIGN_OR_RETURN(j.k, down(j.k, kvd));
+      TANDEM_ASSIGN_OR_RETURN(j.v, down(j.v, kvd));
+      j.out = at;  // the device rows it goes back to are found by position
+      at += j.tokens * qd;
+    }
   }
   if (!attn_jobs_.empty()) TANDEM_RETURN_IF_ERROR(attn_offload_->Submit(l, attn_jobs_));
   if (!chunks_.empty()) {
@@ -467,7 +483,23 @@ absl::Status Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batc
                                         scale, chunks_, attn_.data()));
   }
 
-  if (!attn_jobs_.empty()) TANDEM_RETURN_IF_ERROR(attn_offload_->Collect(l, attn_jobs_));
+  if (!attn_jobs_.empty()) {
+    TANDEM_RETURN_IF_ERROR(attn_offload_->Collect(l, attn_jobs_));
+    if (!dev_->host_memory()) {
+      // Back to the job's rows of attn_, in batch order.
+      size_t j = 0;
+      tok = 0;
+      for (const SequenceChunk& s : batch) {
+        const int64_t n = static_cast<int64_t>(s.tokens.size());
+        if (s.cpu_attention) {
+          TANDEM_RETURN_IF_ERROR(dev_->CopyToDevice(attn_jobs_[j++].out,
+                                                    static_cast<size_t>(n * qd) * sizeof(float),
+                                                    attn_.data() + tok * qd));
+        }
+        tok += n;
+      }
+    }
+  }
   const float* ob = lw.o_bias.empty() ? nullptr : lw.o_bias.data();
   if (tp_ == nullptr) return dev_->Linear(attn_.data(), total, lw.o, ob, out_.data());
   // Row-parallel: the partial products are summed first, the bias added
@@ -534,14 +566,19 @@ absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
   }
   auto remote = [&](int64_t e) { return offload_ != nullptr && offload_->IsRemote(layer, e); };
 
-  // Remote jobs: gather their rows into one buffer and submit (host memory:
-  // offloads run with the host device only).
+  // Remote jobs: their rows gathered into one host buffer and submitted, so
+  // the offload works while the device runs the local experts (on a GPU
+  // the device's ops are queued, so both sides truly run at once).
   std::vector<ExpertJob> jobs;
+  std::vector<int64_t> remote_rows;  // the tokens of the jobs' rows, in order
   if (offload_ != nullptr) {
-    int64_t total_rows = 0;
     for (int64_t e = 0; e < experts; ++e) {
-      if (remote(e)) total_rows += static_cast<int64_t>(tokens[e].size());
+      // Asked only of experts with tokens (bench/expert_usage.h relies on it).
+      if (!tokens[e].empty() && remote(e)) {
+        remote_rows.insert(remote_rows.end(), tokens[e].begin(), tokens[e].end());
+      }
     }
+    const int64_t total_rows = static_cast<int64_t>(remote_rows.size());
     GrowHost(remote_in_, total_rows * hidden);
     GrowHost(remote_out_, total_rows * hidden);
     int64_t at = 0;
@@ -552,14 +589,23 @@ absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
       job.rows = static_cast<int64_t>(tokens[e].size());
       job.input = remote_in_.data() + at * hidden;
       job.output = remote_out_.data() + at * hidden;
-      for (int64_t i = 0; i < job.rows; ++i) {
-        std::copy_n(h_.data() + tokens[e][i] * hidden, hidden,
-                    remote_in_.data() + (at + i) * hidden);
-      }
       at += job.rows;
       jobs.push_back(job);
     }
-    if (!jobs.empty()) TANDEM_RETURN_IF_ERROR(offload_->Submit(layer, jobs));
+    if (!jobs.empty()) {
+      if (dev_->host_memory()) {
+        TANDEM_RETURN_IF_ERROR(dev_->GatherRows(h_.data(), hidden, remote_rows.data(), total_rows,
+                                                remote_in_.data()));
+      } else {
+        TANDEM_RETURN_IF_ERROR(Grow(remote_dev_, total_rows * hidden));
+        TANDEM_RETURN_IF_ERROR(dev_->GatherRows(h_.data(), hidden, remote_rows.data(), total_rows,
+                                                remote_dev_.data()));
+        TANDEM_RETURN_IF_ERROR(dev_->CopyToHost(
+            remote_dev_.data(), static_cast<size_t>(total_rows * hidden) * sizeof(float),
+            remote_in_.data()));
+      }
+      TANDEM_RETURN_IF_ERROR(offload_->Submit(layer, jobs));
+    }
   }
 
   TANDEM_RETURN_IF_ERROR(dev_->Zero(out_.data(), rows * hidden));
@@ -590,14 +636,21 @@ absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
 
   if (!jobs.empty()) {
     TANDEM_RETURN_IF_ERROR(offload_->Collect(layer, jobs));
-    // Remote contributions are added last: the sum equals the all-local one
-    // up to the rounding of a different order of additions.
+    // The results go up to the device, then each job's rows are added in:
+    // remote contributions last, so the sum equals the all-local one up to
+    // the rounding of a different order of additions.
+    const float* results = remote_out_.data();
+    if (!dev_->host_memory()) {
+      TANDEM_RETURN_IF_ERROR(dev_->CopyToDevice(
+          remote_out_.data(), remote_rows.size() * static_cast<size_t>(hidden) * sizeof(float),
+          remote_dev_.data()));
+      results = remote_dev_.data();
+    }
     for (const ExpertJob& job : jobs) {
       const size_t e = static_cast<size_t>(job.expert);
-      for (int64_t i = 0; i < job.rows; ++i) {
-        ops::AddScaled(job.output + i * hidden, weights[e][static_cast<size_t>(i)], hidden,
-                       out_.data() + tokens[e][static_cast<size_t>(i)] * hidden);
-      }
+      TANDEM_RETURN_IF_ERROR(dev_->ScatterAddRows(results + (job.output - remote_out_.data()),
+                                                  hidden, tokens[e].data(), weights[e].data(),
+                                                  job.rows, out_.data()));
     }
   }
   return absl::OkStatus();

@@ -32,9 +32,9 @@ struct EngineOptions {
   ops::ComputeType compute = ops::ComputeType::kBF16;  // honoured for bf16 checkpoints only
   // Makes the device activations, KV and resident weights live on and the
   // ops run on; the engine owns it (null: the host device). A device
-  // without host memory (CUDA) does not combine with tensor parallelism,
-  // weight streaming, remote experts or the offloads yet (Unimplemented at
-  // Create, FailedPrecondition at Step).
+  // without host memory (CUDA) does not combine with tensor parallelism or
+  // weight streaming yet (Unimplemented at Create); with it, the expert and
+  // attention offloads' rows go through host copies.
   DeviceFactory device;
   int64_t max_context = 0;   // tokens per sequence; 0 = min(model max, 8192)
   int64_t max_sequences = 4;  // sequences whose KV fits at full context at once
@@ -185,6 +185,7 @@ class Engine {
   Scratch ex_out_;  // [rows, hidden]
   Scratch router_logits_;  // [T, experts]
   Scratch logits_;  // [rows, vocab] when the device's memory is not the host's
+  Scratch remote_dev_;  // [T * top_k, hidden] remote experts' rows on such a device
   // Host memory.
   std::vector<int32_t> route_ids_;    // [T, top_k]
   std::vector<float> route_w_;        // [T, top_k]
@@ -193,6 +194,7 @@ class Engine {
   std::vector<float> remote_out_;     // [T * top_k, hidden] their results
   std::vector<AttentionJob> attn_jobs_;  // this layer's cpu_attention sequences
   std::vector<AttentionChunk> chunks_;   // this layer's local sequences
+  std::vector<float> attn_host_;  // cpu_attention rows' q, k, v, out off such a device
   std::vector<float> sumsq_;          // [T] ShardedFullNorm's row statistics
 };
 

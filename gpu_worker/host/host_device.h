@@ -13,7 +13,7 @@
 
 namespace tandem {
 
-class HostDevice final : public Device {
+class HostDevice : public Device {
  public:
   std::string name() const override { return "host"; }
   bool host_memory() const override { return true; }

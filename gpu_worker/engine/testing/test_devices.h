@@ -1,5 +1,6 @@
-// The devices the device tests run on: the host device always, and where
-// Tandem is built with CUDA, the CUDA device of every visible GPU.
+// The devices the device tests run on: the host device and the host device
+// posing as one with its own memory (separate_memory_device.h) always, and
+// where Tandem is built with CUDA, the CUDA device of every visible GPU.
 #ifndef TANDEM_GPU_WORKER_ENGINE_TESTING_TEST_DEVICES_H_
 #define TANDEM_GPU_WORKER_ENGINE_TESTING_TEST_DEVICES_H_
 
@@ -18,8 +19,13 @@ struct TestDevice {
   std::function<absl::StatusOr<std::unique_ptr<Device>>()> make;
 };
 
-// Host first. `why_no_gpu`, if given, says why no GPU device is listed.
+// Host first. `why_no_gpu`, if given, says why no GPU device is listed
+// (empty if one is).
 std::vector<TestDevice> TestDevices(std::string* why_no_gpu = nullptr);
+
+// True for a device whose results match the host's only within bf16
+// rounding (a GPU); the host ones match to the bit or to f32 rounding.
+inline bool IsGpu(const TestDevice& d) { return d.name.rfind("cuda", 0) == 0; }
 
 }  // namespace tandem::testing
 

@@ -1,0 +1,111 @@
+// The engine's hybrid steps on each device that is not the host's memory
+// (a GPU, or the host device posing as one): routed experts computed by an
+// expert offload and a sequence's attention by an attention offload while
+// the device runs the rest, the rows crossing through host copies. Logits
+// must equal the all-local host engine's: within f32 rounding of a
+// different order of additions for the host kernels, within bf16 rounding
+// on a GPU.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "gpu_worker/engine/attention_offload.h"
+#include "gpu_worker/engine/engine.h"
+#include "gpu_worker/engine/local_attention_offload.h"
+#include "gpu_worker/engine/local_expert_offload.h"
+#include "gpu_worker/engine/testing/test_devices.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+std::unique_ptr<Engine> Load(const std::string& name, EngineOptions o) {
+  auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" + name);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  if (!ckpt.ok()) return nullptr;
+  o.max_context = 64;
+  o.max_sequences = 2;
+  auto e = Engine::Create(std::move(*ckpt), o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+bool Remote(int64_t layer, int64_t e) { return (e + layer) % 2 == 1; }
+
+// Three steps of two sequences, the second with cpu_attention when asked:
+// a prefill of both, then two decode steps. All logits, concatenated.
+std::vector<float> RunSteps(Engine& e, bool cpu_attention) {
+  std::vector<SequenceChunk> batch = {{0, {3, 14, 15, 92, 65, 35, 89}, 0, true},
+                                      {1, {79, 32, 38, 46}, 0, true, cpu_attention}};
+  std::vector<float> all;
+  for (int step = 0; step < 3; ++step) {
+    auto r = e.Step(batch);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return {};
+    all.insert(all.end(), r->logits.begin(), r->logits.end());
+    for (SequenceChunk& s : batch) {
+      s.start_pos += static_cast<int64_t>(s.tokens.size());
+      s.tokens = {static_cast<int32_t>((step * 7 + s.seq_id * 5 + 2) % 100)};
+    }
+  }
+  return all;
+}
+
+double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0, r = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+    r = std::max(r, std::fabs(static_cast<double>(b[i])));
+  }
+  return d / std::max(r, 1e-30);
+}
+
+class DeviceOffload : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeviceOffload, HybridStepsMatchTheAllLocalHost) {
+  std::string why;
+  const std::vector<testing::TestDevice> devices = testing::TestDevices(&why);
+  if (!why.empty()) std::printf("no GPU device checked: %s\n", why.c_str());
+  auto host = Load(GetParam(), {});
+  ASSERT_NE(host, nullptr);
+  const std::vector<float> want = RunSteps(*host, false);
+  const ModelConfig& c = host->config();
+  for (const testing::TestDevice& d : devices) {
+    if (d.name == "host") continue;
+    SCOPED_TRACE(d.name);
+    EngineOptions o;
+    o.device = d.make;
+    if (c.num_experts > 0) {
+      o.remote_experts.resize(static_cast<size_t>(c.num_layers));
+      for (int64_t l = 0; l < c.num_layers; ++l) {
+        for (int32_t e = 0; c.IsMoeLayer(l) && e < c.num_experts; ++e) {
+          if (Remote(l, e)) o.remote_experts[static_cast<size_t>(l)].push_back(e);
+        }
+      }
+    }
+    auto engine = Load(GetParam(), o);
+    ASSERT_NE(engine, nullptr);
+    // The offloads compute from the host engine's weights (a cpu_worker's
+    // own copy in a deployment).
+    LocalExpertOffload experts(&host->weights(), Remote);
+    if (c.num_experts > 0) engine->SetExpertOffload(&experts);
+    auto attention = LocalAttentionOffload::Create(CpuAttentionShapeFor(c, 16, 128));
+    ASSERT_TRUE(attention.ok()) << attention.status();
+    engine->SetAttentionOffload(attention->get());
+    const std::vector<float> got = RunSteps(*engine, true);
+    EXPECT_LT(RelErr(got, want), testing::IsGpu(d) ? 3e-2 : 1e-5);
+    engine.reset();  // before the offloads it points at
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DeviceOffload,
+                         ::testing::Values("llama_f32", "qwen2_f32", "mixtral_f32",
+                                           "qwen2_moe_f32", "qwen3_moe_f32", "olmoe_f32"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace tandem
