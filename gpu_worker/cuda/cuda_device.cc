@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
+#include "gpu_worker/cuda/cuda_copy_engine.h"
 #include "gpu_worker/cuda/cuda_status.h"
 #include "gpu_worker/cuda/device_info.h"
 #include "gpu_worker/cuda/kernels/decode_attention.h"
@@ -100,6 +102,11 @@ absl::Status CudaDevice::CopyToDevice(const void* src, size_t bytes, void* dst) 
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<CopyEngine>> CudaDevice::NewCopyEngine() {
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CudaCopyEngine> e, CudaCopyEngine::Create(ordinal_));
+  return std::unique_ptr<CopyEngine>(std::move(e));
+}
+
 absl::Status CudaDevice::Reserve(DeviceBuffer& b, size_t bytes) {
   if (b.size() >= bytes) return absl::OkStatus();
   TANDEM_RETURN_IF_ERROR(stream_.Synchronize());
@@ -162,7 +169,8 @@ absl::Status CudaDevice::AddLinear(const ops::LinearWeight& w) {
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::Prepare(const ModelWeights& w, const std::vector<float>& inv_freq) {
+absl::Status CudaDevice::Prepare(const ModelWeights& w, const std::vector<float>& inv_freq,
+                                 const std::vector<const ops::LinearWeight*>& streamed) {
   if (prepared_) return absl::FailedPreconditionError(absl::StrCat(name(), ": Prepare called twice"));
   prepared_ = true;
   TANDEM_RETURN_IF_ERROR(Use());
@@ -192,7 +200,11 @@ absl::Status CudaDevice::Prepare(const ModelWeights& w, const std::vector<float>
     weight_bytes_ += static_cast<int64_t>(table.data.size());
     tables_.emplace(t.data, std::move(table));
   }
+  // Marked as present without a copy: Find computes them from wherever
+  // they are staged.
+  absl::flat_hash_set<const ops::LinearWeight*> skip(streamed.begin(), streamed.end());
   auto mlp = [&](const ops::MlpWeights& m) -> absl::Status {
+    if (skip.contains(&m.gate)) return absl::OkStatus();
     TANDEM_RETURN_IF_ERROR(AddLinear(m.gate));
     TANDEM_RETURN_IF_ERROR(AddLinear(m.up));
     return AddLinear(m.down);
@@ -233,14 +245,27 @@ absl::StatusOr<const float*> CudaDevice::Param(const float* host) const {
   return it->second.as<const float>();
 }
 
-absl::StatusOr<const CudaDevice::DeviceLinear*> CudaDevice::Find(
-    const ops::LinearWeight& w) const {
+absl::StatusOr<CudaDevice::LinearView> CudaDevice::Find(const ops::LinearWeight& w) const {
   auto it = linear_.find(&w);
-  if (it == linear_.end()) {
+  if (it != linear_.end()) {
+    const DeviceLinear& d = it->second;
+    return LinearView{d.data.data(), d.type, d.n, d.k};
+  }
+  cudaPointerAttributes attr{};
+  const bool on_device = cudaPointerGetAttributes(&attr, w.data()) == cudaSuccess &&
+                         attr.type == cudaMemoryTypeDevice && attr.device == ordinal_;
+  cudaGetLastError();  // a host pointer may leave an error behind on old runtimes
+  if (!on_device) {
     return absl::InvalidArgumentError(absl::StrCat(
         name(), ": a [", w.rows(), ", ", w.cols(), "] weight that Prepare did not copy"));
   }
-  return &it->second;
+  if (w.quantized()) {
+    return absl::UnimplementedError(
+        absl::StrCat(name(), ": a staged weight in GGUF blocks (only bf16 and f32 run in place)"));
+  }
+  return LinearView{w.data(),
+                    w.storage() == ops::WeightStorage::kF32 ? ActType::kF32 : ActType::kBF16,
+                    w.rows(), w.cols()};
 }
 
 absl::Status CudaDevice::Embedding(const TensorView& table, const int32_t* ids, int64_t n,
@@ -282,19 +307,19 @@ absl::Status CudaDevice::Zero(float* x, int64_t n) {
 absl::Status CudaDevice::Linear(const float* x, int64_t rows, const ops::LinearWeight& w,
                                 const float* bias, float* y) {
   TANDEM_RETURN_IF_ERROR(Use());
-  TANDEM_ASSIGN_OR_RETURN(const DeviceLinear* d, Find(w));
+  TANDEM_ASSIGN_OR_RETURN(const LinearView d, Find(w));
   if (rows == 0) return absl::OkStatus();
   const void* in = x;
-  if (d->type == ActType::kBF16) {
-    TANDEM_RETURN_IF_ERROR(Reserve(x_bf16_, static_cast<size_t>(rows * d->k) * 2));
+  if (d.type == ActType::kBF16) {
+    TANDEM_RETURN_IF_ERROR(Reserve(x_bf16_, static_cast<size_t>(rows * d.k) * 2));
     TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchConvert(x, ActType::kF32, x_bf16_.data(), ActType::kBF16,
-                                                rows * d->k, stream_.get()));
+                                                rows * d.k, stream_.get()));
     in = x_bf16_.data();
   }
-  TANDEM_RETURN_IF_ERROR(Gemm(blas_, in, d->data.data(), d->type, rows, d->n, d->k, y));
+  TANDEM_RETURN_IF_ERROR(Gemm(blas_, in, d.data, d.type, rows, d.n, d.k, y));
   if (bias != nullptr) {
     TANDEM_ASSIGN_OR_RETURN(const float* db, Param(bias));
-    TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchAddBias(db, rows, d->n, y, stream_.get()));
+    TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchAddBias(db, rows, d.n, y, stream_.get()));
   }
   return absl::OkStatus();
 }

@@ -34,7 +34,11 @@ class CudaDevice final : public Device {
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override;
   absl::Status CopyToHost(const void* src, size_t bytes, void* dst) override;
   absl::Status CopyToDevice(const void* src, size_t bytes, void* dst) override;
-  absl::Status Prepare(const ModelWeights& w, const std::vector<float>& inv_freq) override;
+  absl::Status Synchronize() override { return stream_.Synchronize(); }
+  // A CudaCopyEngine: its own stream and thread.
+  absl::StatusOr<std::unique_ptr<CopyEngine>> NewCopyEngine() override;
+  absl::Status Prepare(const ModelWeights& w, const std::vector<float>& inv_freq,
+                       const std::vector<const ops::LinearWeight*>& streamed) override;
 
   absl::Status Embedding(const TensorView& table, const int32_t* ids, int64_t n,
                          float* out) override;
@@ -68,6 +72,12 @@ class CudaDevice final : public Device {
     ActType type = ActType::kBF16;
     int64_t n = 0, k = 0;
   };
+  // What a GEMM reads: a prepared copy, or a staged weight in place.
+  struct LinearView {
+    const void* data = nullptr;  // [n, k] in `type`, device memory
+    ActType type = ActType::kBF16;
+    int64_t n = 0, k = 0;
+  };
   struct DeviceTable {
     DeviceBuffer data;  // [vocab, hidden] in `type`
     ActType type = ActType::kF32;
@@ -85,7 +95,9 @@ class CudaDevice final : public Device {
   // memory is released (queued work may still read it).
   absl::Status Reserve(DeviceBuffer& b, size_t bytes);
   absl::StatusOr<const float*> Param(const float* host) const;
-  absl::StatusOr<const DeviceLinear*> Find(const ops::LinearWeight& w) const;
+  // The prepared copy of `w`, or `w` itself where its data() is already in
+  // this device's memory (a streamed weight in a staging buffer).
+  absl::StatusOr<LinearView> Find(const ops::LinearWeight& w) const;
   absl::Status AddParam(const std::vector<float>& v);
   absl::Status AddLinear(const ops::LinearWeight& w);
 

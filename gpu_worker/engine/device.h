@@ -9,7 +9,9 @@
 //  * weights are named by the host objects of the engine's ModelWeights
 //    (a LinearWeight, a norm or bias vector's data): Prepare makes the
 //    device's own copy of each (none on the host device) and the ops compute
-//    from it, so the layer loop reads the same on every device;
+//    from it, so the layer loop reads the same on every device. A
+//    LinearWeight whose data() is already in device memory (streamed into
+//    a staging buffer) is computed in place;
 //  * small per-call metadata (token ids, positions, block tables, row
 //    indices, routing results) is in host memory;
 //  * ops are ordered as issued; CopyToHost waits for what came before;
@@ -31,6 +33,7 @@
 #include "cpu_worker/ops/attention.h"
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/mlp.h"
+#include "gpu_worker/engine/copy_engine.h"
 
 namespace tandem {
 
@@ -82,10 +85,18 @@ class Device {
   // ops issued before; `src` may be reused when it returns.
   virtual absl::Status CopyToDevice(const void* src, size_t bytes, void* dst) = 0;
 
-  // Makes the device's copies of every weight of `w` and of the RoPE
-  // frequencies `inv_freq` (rotary_dim / 2 values). Once, before any op
-  // (FailedPrecondition the second time); `w` outlives the device.
-  virtual absl::Status Prepare(const ModelWeights& w, const std::vector<float>& inv_freq) = 0;
+  // Waits until the ops issued before have run.
+  virtual absl::Status Synchronize() = 0;
+  // The copy engine that streams host-resident weights into this device's
+  // memory (weight_pager.h), page by page on its own queue or stream.
+  virtual absl::StatusOr<std::unique_ptr<CopyEngine>> NewCopyEngine() = 0;
+
+  // Makes the device's copies of every weight of `w` but the `streamed`
+  // ones (they stay in host memory and are staged before use), and of the
+  // RoPE frequencies `inv_freq` (rotary_dim / 2 values). Once, before any
+  // op (FailedPrecondition the second time); `w` outlives the device.
+  virtual absl::Status Prepare(const ModelWeights& w, const std::vector<float>& inv_freq,
+                               const std::vector<const ops::LinearWeight*>& streamed) = 0;
 
   // out[r] = table[ids[r]] for r < n (ids in range, validated by the caller).
   virtual absl::Status Embedding(const TensorView& table, const int32_t* ids, int64_t n,

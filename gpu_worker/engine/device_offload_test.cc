@@ -1,10 +1,11 @@
 // The engine's hybrid steps on each device that is not the host's memory
 // (a GPU, or the host device posing as one): routed experts computed by an
 // expert offload and a sequence's attention by an attention offload while
-// the device runs the rest, the rows crossing through host copies. Logits
-// must equal the all-local host engine's: within f32 rounding of a
-// different order of additions for the host kernels, within bf16 rounding
-// on a GPU.
+// the device runs the rest, the rows crossing through host copies; and FFN
+// weights streamed from host memory into the device's staging buffers.
+// Logits must equal the all-local, all-resident host engine's: within f32
+// rounding of a different order of additions for the host kernels, within
+// bf16 rounding on a GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -99,6 +100,35 @@ TEST_P(DeviceOffload, HybridStepsMatchTheAllLocalHost) {
     const std::vector<float> got = RunSteps(*engine, true);
     EXPECT_LT(RelErr(got, want), testing::IsGpu(d) ? 3e-2 : 1e-5);
     engine.reset();  // before the offloads it points at
+  }
+}
+
+// Every layer's FFN but the first streamed page by page into the device's
+// staging buffers (the CG part) gives the resident engine's logits: to the
+// bit with the host kernels, within bf16 rounding on a GPU.
+TEST_P(DeviceOffload, StreamedWeightsMatchResidentOnes) {
+  std::string why;
+  const std::vector<testing::TestDevice> devices = testing::TestDevices(&why);
+  if (!why.empty()) std::printf("no GPU device checked: %s\n", why.c_str());
+  auto host = Load(GetParam(), {});
+  ASSERT_NE(host, nullptr);
+  const std::vector<float> want = RunSteps(*host, false);
+  for (const testing::TestDevice& d : devices) {
+    if (d.name == "host") continue;
+    SCOPED_TRACE(d.name);
+    EngineOptions o;
+    o.device = d.make;
+    for (int64_t l = 1; l < host->config().num_layers; ++l) o.streamed_ffn_layers.push_back(l);
+    o.stream_page_bytes = 4096;  // several pages per matrix
+    auto engine = Load(GetParam(), o);
+    ASSERT_NE(engine, nullptr);
+    ASSERT_NE(engine->weight_pager(), nullptr);
+    const std::vector<float> got = RunSteps(*engine, false);
+    if (testing::IsGpu(d)) {
+      EXPECT_LT(RelErr(got, want), 3e-2);
+    } else {
+      EXPECT_EQ(got, want);
+    }
   }
 }
 

@@ -141,7 +141,8 @@ std::vector<float> RefLinear(const std::vector<float>& x, int64_t rows, const Ma
 }
 
 void DeviceOps::Check(Device& d) {
-  ASSERT_TRUE(d.Prepare(w_, inv_freq_).ok());
+  ASSERT_TRUE(d.Prepare(w_, inv_freq_, {}).ok());
+  EXPECT_EQ(d.Prepare(w_, inv_freq_, {}).code(), absl::StatusCode::kFailedPrecondition);
   const LayerWeights& l = w_.layers[0];
   const std::string op = GetParam();
   const int64_t rows = 7;

@@ -15,6 +15,9 @@
 namespace tandem {
 namespace {
 
+// The FFN matrices of a layer, in the order they are streamed.
+std::vector<const ops::LinearWeight*> FfnMatrices(const LayerWeights& l);
+
 void GrowHost(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
@@ -47,12 +50,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
   e->dev_ = e->own_device_.get();
   if (!e->dev_->host_memory()) {
     const bool tp_asked = options.tensor_parallel != nullptr && options.tensor_parallel->size() > 1;
-    const bool streamed = options.weight_budget_bytes > 0 || !options.streamed_ffn_layers.empty();
-    if (tp_asked || streamed) {
-      return absl::UnimplementedError(
-          absl::StrCat("device ", e->dev_->name(), " does not run ",
-                       tp_asked ? "tensor parallelism" : "weight streaming",
-                       " yet; the host device does"));
+    if (tp_asked) {
+      return absl::UnimplementedError(absl::StrCat(
+          "device ", e->dev_->name(), " does not run tensor parallelism yet; the host device does"));
     }
   }
   TensorParallel tp;
@@ -97,15 +97,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
     }
     for (size_t i = 0; i < e->inv_freq_.size(); ++i) e->inv_freq_[i] /= f.as<float>()[i];
   }
-  TANDEM_RETURN_IF_ERROR(e->dev_->Prepare(e->weights_, e->inv_freq_));
   e->ckpt_ = std::move(ckpt);
   TANDEM_RETURN_IF_ERROR(e->SetUpStreaming(options));
+  std::vector<const ops::LinearWeight*> streamed;
+  for (size_t l = 0; e->pager_ != nullptr && l < e->weights_.layers.size(); ++l) {
+    if (!e->pager_->IsStreamed(static_cast<int64_t>(l))) continue;
+    for (const ops::LinearWeight* w : FfnMatrices(e->weights_.layers[l])) streamed.push_back(w);
+  }
+  TANDEM_RETURN_IF_ERROR(e->dev_->Prepare(e->weights_, e->inv_freq_, streamed));
   return e;
 }
 
 namespace {
 
-// The FFN matrices of a layer, in the order they are streamed.
 std::vector<const ops::LinearWeight*> FfnMatrices(const LayerWeights& l) {
   std::vector<const ops::LinearWeight*> m;
   auto add = [&](const ops::MlpWeights& w) {
@@ -208,16 +212,22 @@ absl::Status Engine::StartStreaming(const std::vector<int64_t>& streamed, int64_
     StreamedLayer sl;
     sl.layer = l;
     for (const ops::LinearWeight* w : FfnMatrices(weights_.layers[static_cast<size_t>(l)])) {
+      if (!dev_->host_memory() && w->quantized()) {
+        return absl::UnimplementedError(absl::StrCat(
+            "device ", dev_->name(), " computes streamed weights in place and does not run "
+            "GGUF blocks; layer ", l, "'s FFN is quantized (keep it resident with a larger "
+            "budget, or use the host device)"));
+      }
       sl.matrices.push_back({w->data(), static_cast<size_t>(w->nbytes())});
     }
     layers.push_back(std::move(sl));
   }
-  for (HugePageArray& s : staging_) {
-    TANDEM_ASSIGN_OR_RETURN(s, HugePageArray::Allocate(static_cast<size_t>(largest + 3) / 4));
+  for (DeviceMemory& s : staging_) {
+    TANDEM_ASSIGN_OR_RETURN(s, dev_->Allocate(static_cast<size_t>(largest + 3) / 4 * 4));
   }
-  copy_engine_ = std::make_unique<HostCopyEngine>();
+  TANDEM_ASSIGN_OR_RETURN(copy_engine_, dev_->NewCopyEngine());
   TANDEM_ASSIGN_OR_RETURN(
-      pager_, WeightPager::Create(std::move(layers), staging_[0].data(), staging_[1].data(),
+      pager_, WeightPager::Create(std::move(layers), staging_[0]->data(), staging_[1]->data(),
                                   static_cast<size_t>(largest), static_cast<size_t>(page_bytes),
                                   copy_engine_.get()));
   return absl::OkStatus();
@@ -361,6 +371,9 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
       // previous streamed layer ran; releasing it lets the next one in.
       TANDEM_ASSIGN_OR_RETURN(std::vector<const void*> at, pager_->Acquire(l));
       TANDEM_RETURN_IF_ERROR(Ffn(l, StagedFfn(lw, at), total));
+      // The next layer's pages overwrite this buffer: on a device whose ops
+      // are queued, they must have read it first.
+      if (!dev_->host_memory()) TANDEM_RETURN_IF_ERROR(dev_->Synchronize());
       pager_->Release(l);
     } else {
       TANDEM_RETURN_IF_ERROR(Ffn(l, lw, total));

@@ -32,9 +32,10 @@ struct EngineOptions {
   ops::ComputeType compute = ops::ComputeType::kBF16;  // honoured for bf16 checkpoints only
   // Makes the device activations, KV and resident weights live on and the
   // ops run on; the engine owns it (null: the host device). A device
-  // without host memory (CUDA) does not combine with tensor parallelism or
-  // weight streaming yet (Unimplemented at Create); with it, the expert and
-  // attention offloads' rows go through host copies.
+  // without host memory (CUDA) does not combine with tensor parallelism
+  // yet (Unimplemented at Create); with it, the expert and attention
+  // offloads' rows go through host copies, and streamed FFN weights must be
+  // bf16 or f32 (the device computes the staged bytes in place).
   DeviceFactory device;
   int64_t max_context = 0;   // tokens per sequence; 0 = min(model max, 8192)
   int64_t max_sequences = 4;  // sequences whose KV fits at full context at once
@@ -167,8 +168,8 @@ class Engine {
   bool experts_skipped_ = false;  // some routed experts' weights were not loaded
   // Streaming of host-resident FFN weights (null: all resident). The copy
   // engine outlives the pager, which outlives nothing it copies into.
-  std::unique_ptr<HostCopyEngine> copy_engine_;
-  HugePageArray staging_[2];
+  std::unique_ptr<CopyEngine> copy_engine_;
+  DeviceMemory staging_[2];  // on the device
   std::unique_ptr<WeightPager> pager_;
   int64_t heads_ = 0;        // query heads of this rank
   int64_t kv_heads_ = 0;     // KV heads of this rank

@@ -42,7 +42,12 @@ absl::Status HostDevice::CopyToDevice(const void* src, size_t bytes, void* dst) 
   return absl::OkStatus();
 }
 
-absl::Status HostDevice::Prepare(const ModelWeights&, const std::vector<float>& inv_freq) {
+absl::StatusOr<std::unique_ptr<CopyEngine>> HostDevice::NewCopyEngine() {
+  return std::unique_ptr<CopyEngine>(new HostCopyEngine());
+}
+
+absl::Status HostDevice::Prepare(const ModelWeights&, const std::vector<float>& inv_freq,
+                                 const std::vector<const ops::LinearWeight*>&) {
   if (prepared_) return absl::FailedPreconditionError("host device: Prepare called twice");
   prepared_ = true;
   inv_freq_ = inv_freq;

@@ -20,7 +20,10 @@ class HostDevice : public Device {
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override;
   absl::Status CopyToHost(const void* src, size_t bytes, void* dst) override;
   absl::Status CopyToDevice(const void* src, size_t bytes, void* dst) override;
-  absl::Status Prepare(const ModelWeights& w, const std::vector<float>& inv_freq) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::StatusOr<std::unique_ptr<CopyEngine>> NewCopyEngine() override;
+  absl::Status Prepare(const ModelWeights& w, const std::vector<float>& inv_freq,
+                       const std::vector<const ops::LinearWeight*>& streamed) override;
 
   absl::Status Embedding(const TensorView& table, const int32_t* ids, int64_t n,
                          float* out) override;
