@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "gpu_worker/bench/bench_runner.h"
+#include "gpu_worker/device_spec.h"
 
 namespace tandem::cli {
 namespace {
@@ -70,6 +71,12 @@ absl::StatusOr<bench::BenchOptions> ToOptions(const BenchCommandOptions& c) {
       return absl::InvalidArgumentError("--dtype with --model: auto, bf16, f32 or quantized");
     }
   }
+  TANDEM_ASSIGN_OR_RETURN(o.device, DeviceFactoryFor(c.device));
+  o.device_name = c.device;
+  if (!(c.gpu_memory_budget_gb >= 0)) {
+    return absl::InvalidArgumentError("--gpu-memory-budget must be >= 0 GB");
+  }
+  o.weight_budget_bytes = static_cast<int64_t>(c.gpu_memory_budget_gb * (1 << 30));
   o.repeats = c.repeats;
   o.warmup = c.warmup;
   o.bandwidth_bytes = c.bandwidth_mib << 20;
@@ -124,6 +131,12 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchCommandOptions& o) {
   cmd->add_option("--experts", o.experts, "Synthetic moe: experts per layer");
   cmd->add_option("--top-k", o.top_k, "Synthetic moe: experts per token");
   cmd->add_option("--seed", o.seed, "Synthetic: weight seed")->capture_default_str();
+  cmd->add_option("--device", o.device,
+                  "The engine's device: host (CPU kernels), cuda or cuda:N (builds with CUDA)")
+      ->capture_default_str();
+  cmd->add_option("--gpu-memory-budget", o.gpu_memory_budget_gb,
+                  "GB of weights the device keeps resident; the FFN weights past it are streamed "
+                  "from host memory (0: all resident)");
   cmd->add_option("--repeats", o.repeats, "Timed runs per figure (median, min, max)")
       ->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "Untimed runs before each figure")->capture_default_str();

@@ -23,6 +23,8 @@ struct BenchCommandOptions {
   int64_t hidden = 0, layers = 0, intermediate = 0, heads = 0, kv_heads = 0, vocab = 0;
   int64_t experts = 0, top_k = 0;
   uint32_t seed = 1;
+  std::string device = "host";     // host, cuda, cuda:N
+  double gpu_memory_budget_gb = 0;  // weights kept resident; 0 = all
   int repeats = 5;
   int warmup = 1;
   int threads = 0;  // 0 = OpenMP's default (all cores)

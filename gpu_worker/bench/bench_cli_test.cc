@@ -30,9 +30,10 @@ std::string RunCommand(const std::string& cmd, int* status) {
   return out;
 }
 
-json Bench(const std::string& kind, const std::string& extra) {
+json Bench(const std::string& kind, const std::string& extra, int layers = 2) {
   const std::string cmd = std::string(TANDEM_BINARY) + " bench --synthetic " + kind +
-                          " --hidden 64 --layers 2 --intermediate 128 --heads 4 --kv-heads 2"
+                          " --hidden 64 --layers " + std::to_string(layers) +
+                          " --intermediate 128 --heads 4 --kv-heads 2"
                           " --vocab 256 --repeats 1 --pp 16,32 --batches 1,4 --context 16"
                           " --tg-tokens 4 --decode-steps 2 --attn-contexts 64,256"
                           " --bandwidth-mib 8 --attn-mib 1 --gemm-size 256 --threads 1 --json " +
@@ -133,12 +134,36 @@ TEST(BenchCliTest, MoeQ8) {
   EXPECT_DOUBLE_EQ(j["decode"][0].value("experts_per_layer", 0.0), 2.0);  // B = 1
 }
 
+// A weight budget below the model streams the last layers' FFNs; the
+// report says how many, and on which device.
+TEST(BenchCliTest, WeightBudgetStreamsLayers) {
+  const json all = Bench("dense", "", 4);
+  EXPECT_EQ(all["model"].value("streamed_layers", -1), 0);
+  EXPECT_EQ(all["model"].value("device", ""), "host");
+  // The budget counts the weights the engine keeps (not the embedding
+  // table, 256 x 64 bf16). Half a layer's FFN (3 bf16 matrices of 64 x 128)
+  // short of them, three layers stream: the two staging buffers take one
+  // FFN's worth more than the layers they serve.
+  const double weights = all["model"].value("weight_bytes", 0.0) - 256 * 64 * 2;
+  const double gb = (weights - 0.5 * (3 * 64 * 128 * 2)) / (1 << 30);
+  char flag[64];
+  std::snprintf(flag, sizeof(flag), "--gpu-memory-budget %.17g", gb);
+  const json j = Bench("dense", flag, 4);
+  ExpectReport(j, false);
+  EXPECT_EQ(j["model"].value("streamed_layers", -1), 3);
+}
+
 TEST(BenchCliTest, BadFlagsFail) {
   int status = 0;
   RunCommand(std::string(TANDEM_BINARY) + " bench --synthetic huge 2>/dev/null", &status);
   EXPECT_NE(status, 0);
   RunCommand(std::string(TANDEM_BINARY) + " bench 2>/dev/null", &status);
   EXPECT_NE(status, 0);
+  for (const char* bad : {"--gpu-memory-budget -1", "--device tpu", "--device cuda:4096"}) {
+    RunCommand(std::string(TANDEM_BINARY) + " bench --synthetic dense " + bad + " 2>/dev/null",
+               &status);
+    EXPECT_NE(status, 0) << bad;
+  }
 }
 
 }  // namespace

@@ -118,6 +118,8 @@ ordered_json ReportJson(const BenchReport& r) {
                 {"arch", c.arch_name},
                 {"weight_storage", k.weight_storage},
                 {"compute", r.model.compute},
+                {"device", r.model.device},
+                {"streamed_layers", r.model.streamed_layers},
                 {"params", k.total_params},
                 {"weight_bytes", k.total_weight_bytes},
                 {"hidden", c.hidden_size},
@@ -178,6 +180,13 @@ std::string ReportTable(const BenchReport& r) {
                         moe ? c.moe_intermediate_size : c.intermediate_size, c.num_heads,
                         c.num_kv_heads, c.head_dim, c.vocab_size);
   if (moe) absl::StrAppendFormat(&s, ", %d experts top-%d", c.num_experts, c.num_experts_per_tok);
+  if (r.model.device != "host" || r.model.streamed_layers > 0) {
+    absl::StrAppendFormat(&s, "\n  engine on %s, FFN of %d layers streamed from host memory",
+                          r.model.device, r.model.streamed_layers);
+    if (r.model.device != "host") {
+      absl::StrAppend(&s, "; roofline fractions below are against this machine's CPU figures");
+    }
+  }
   if (r.model.write_seconds > 0) {
     absl::StrAppendFormat(&s, "\n  written in %.1f s", r.model.write_seconds);
   }

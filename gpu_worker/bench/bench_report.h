@@ -31,6 +31,8 @@ struct ModelReport {
   std::string path;     // what was opened (a temporary directory for synthetic models)
   std::string format;   // "hf" or "gguf"
   std::string compute;  // the engine's GEMM dtype: "bf16" or "f32"
+  std::string device = "host";  // the engine's device (device_spec.h names)
+  int64_t streamed_layers = 0;  // layers whose FFN the weight budget left streamed
   ModelConfig config;
   ModelCosts costs;
   double write_seconds = 0;  // synthetic only

@@ -124,9 +124,17 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
 
   // Outlives the engine, which holds it as its expert offload.
   std::unique_ptr<ExpertUsage> usage;
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                          Engine::Create(std::move(ckpt), EngineOptionsFor(o.engine, o.compute)));
+  EngineOptions eo = EngineOptionsFor(o.engine, o.compute);
+  eo.device = o.device;
+  eo.weight_budget_bytes = o.weight_budget_bytes;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
   r.model.load_seconds = Since(t0);
+  r.model.device = o.device_name;
+  if (engine->weight_pager() != nullptr) {
+    for (int64_t l = 0; l < r.model.config.num_layers; ++l) {
+      r.model.streamed_layers += engine->weight_pager()->IsStreamed(l) ? 1 : 0;
+    }
+  }
   TANDEM_ASSIGN_OR_RETURN(r.model.costs,
                           ComputeModelCosts(engine->checkpoint(), engine->weights()));
   const std::string& st = r.model.costs.weight_storage;

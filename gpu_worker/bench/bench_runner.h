@@ -17,6 +17,7 @@
 #include "gpu_worker/bench/bench_report.h"
 #include "gpu_worker/bench/engine_bench.h"
 #include "gpu_worker/bench/synthetic_model.h"
+#include "gpu_worker/engine/device.h"
 
 namespace tandem::bench {
 
@@ -24,6 +25,11 @@ struct BenchOptions {
   std::string model_path;                              // used when `synthetic` is empty
   std::optional<SyntheticModelSpec> synthetic;         // write and benchmark this model
   ops::ComputeType compute = ops::ComputeType::kBF16;  // honoured for bf16 weights
+  // The engine's device (null: the host device) and its name for the report.
+  DeviceFactory device;
+  std::string device_name = "host";
+  // EngineOptions::weight_budget_bytes: 0 keeps every weight resident.
+  int64_t weight_budget_bytes = 0;
   int repeats = 5;
   int warmup = 1;
   int64_t bandwidth_bytes = int64_t{1} << 30;
