@@ -297,6 +297,13 @@ absl::Status CudaDevice::AddScaled(const float* x, float scale, int64_t n, float
   return absl::OkStatus();
 }
 
+absl::Status CudaDevice::AddBias(const float* bias, int64_t rows, int64_t width, float* y) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  TANDEM_ASSIGN_OR_RETURN(const float* db, Param(bias));
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchAddBias(db, rows, width, y, stream_.get()));
+  return absl::OkStatus();
+}
+
 absl::Status CudaDevice::Zero(float* x, int64_t n) {
   TANDEM_RETURN_IF_ERROR(Use());
   TANDEM_CUDA_RETURN_IF_ERROR(

@@ -45,6 +45,7 @@ class CudaDevice final : public Device {
   absl::Status RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                        float* out) override;
   absl::Status AddScaled(const float* x, float scale, int64_t n, float* y) override;
+  absl::Status AddBias(const float* bias, int64_t rows, int64_t width, float* y) override;
   absl::Status Zero(float* x, int64_t n) override;
   absl::Status Linear(const float* x, int64_t rows, const ops::LinearWeight& w,
                       const float* bias, float* y) override;

@@ -71,9 +71,8 @@ class Device {
   virtual std::string name() const = 0;
   // True when device memory is ordinary host memory (the host device): the
   // engine then hands activations to its expert and attention offloads in
-  // place (else through host copies), and only then runs tensor
-  // parallelism and weight streaming, which read activations and weights
-  // in place (another device is refused at Engine::Create).
+  // place, else through host copies, and waits for the device's queued ops
+  // before a tensor-parallel sum and before a staging buffer is refilled.
   virtual bool host_memory() const = 0;
 
   // Zeroed memory. ResourceExhausted when the device has no more.
@@ -106,6 +105,9 @@ class Device {
                                float eps, float* out) = 0;
   // y += scale * x over n elements.
   virtual absl::Status AddScaled(const float* x, float scale, int64_t n, float* y) = 0;
+  // y[r] += bias for r < rows, rows of `width` (bias a vector of the
+  // weights).
+  virtual absl::Status AddBias(const float* bias, int64_t rows, int64_t width, float* y) = 0;
   // x = 0 over n elements.
   virtual absl::Status Zero(float* x, int64_t n) = 0;
   // y[rows, N] = x[rows, K] · w^T (+ bias[N], a vector of the weights).

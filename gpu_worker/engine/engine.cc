@@ -48,12 +48,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
     e->own_device_ = std::make_unique<HostDevice>();
   }
   e->dev_ = e->own_device_.get();
-  if (!e->dev_->host_memory()) {
-    const bool tp_asked = options.tensor_parallel != nullptr && options.tensor_parallel->size() > 1;
-    if (tp_asked) {
-      return absl::UnimplementedError(absl::StrCat(
-          "device ", e->dev_->name(), " does not run tensor parallelism yet; the host device does"));
-    }
+  if (!e->dev_->host_memory() && options.tensor_parallel != nullptr &&
+      options.tensor_parallel->size() > 1 && c.qk_norm == QkNorm::kFull) {
+    // Its norm over the whole projection sums squares on the host.
+    return absl::UnimplementedError(absl::StrCat(
+        "device ", e->dev_->name(), " does not shard a model with a full q/k norm (", c.arch_name,
+        ") over ranks yet; the host device does"));
   }
   TensorParallel tp;
   if (options.tensor_parallel != nullptr) {
@@ -519,16 +519,15 @@ absl::Status Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batc
   // once (host memory: tensor parallelism runs on the host device only).
   TANDEM_RETURN_IF_ERROR(dev_->Linear(attn_.data(), total, lw.o, nullptr, out_.data()));
   TANDEM_RETURN_IF_ERROR(ReduceOut(total));
-  if (ob != nullptr) {
-    for (int64_t t = 0; t < total; ++t) {
-      ops::AddScaled(ob, 1.0f, c.hidden_size, out_.data() + t * c.hidden_size);
-    }
-  }
+  if (ob != nullptr) TANDEM_RETURN_IF_ERROR(dev_->AddBias(ob, total, c.hidden_size, out_.data()));
   return absl::OkStatus();
 }
 
 absl::Status Engine::ReduceOut(int64_t rows) {
   if (tp_ == nullptr) return absl::OkStatus();
+  // The group's collective runs outside the device's queue (NCCL on its own
+  // stream): the partial sums must be complete first.
+  if (!dev_->host_memory()) TANDEM_RETURN_IF_ERROR(dev_->Synchronize());
   return tp_->Sum(out_.data(), rows * config().hidden_size);
 }
 

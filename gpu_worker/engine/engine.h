@@ -32,10 +32,11 @@ struct EngineOptions {
   ops::ComputeType compute = ops::ComputeType::kBF16;  // honoured for bf16 checkpoints only
   // Makes the device activations, KV and resident weights live on and the
   // ops run on; the engine owns it (null: the host device). A device
-  // without host memory (CUDA) does not combine with tensor parallelism
-  // yet (Unimplemented at Create); with it, the expert and attention
-  // offloads' rows go through host copies, and streamed FFN weights must be
-  // bf16 or f32 (the device computes the staged bytes in place).
+  // without host memory (CUDA) shards models with a full q/k norm (OLMoE)
+  // over ranks only on the host device (Unimplemented at Create); with it,
+  // the expert and attention offloads' rows go through host copies,
+  // streamed FFN weights must be bf16 or f32 (the device computes the
+  // staged bytes in place), and tensor_parallel must sum device memory.
   DeviceFactory device;
   int64_t max_context = 0;   // tokens per sequence; 0 = min(model max, 8192)
   int64_t max_sequences = 4;  // sequences whose KV fits at full context at once

@@ -71,6 +71,11 @@ absl::Status HostDevice::AddScaled(const float* x, float scale, int64_t n, float
   return absl::OkStatus();
 }
 
+absl::Status HostDevice::AddBias(const float* bias, int64_t rows, int64_t width, float* y) {
+  for (int64_t r = 0; r < rows; ++r) ops::AddScaled(bias, 1.0f, width, y + r * width);
+  return absl::OkStatus();
+}
+
 absl::Status HostDevice::Zero(float* x, int64_t n) {
   std::fill_n(x, n, 0.0f);
   return absl::OkStatus();
