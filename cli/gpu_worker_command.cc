@@ -59,7 +59,7 @@ void WaitForStop(WorkerService& service, const sigset_t& stop_signals) {
 }
 
 absl::Status Run(const GpuWorkerOptions& o) {
-  TANDEM_ASSIGN_OR_RETURN(DeviceFactory device, DeviceFactoryFor(o.device));
+  TANDEM_ASSIGN_OR_RETURN(WorkerDevice device, WorkerDeviceFor(o.device));
   if (o.rank < 0) return absl::InvalidArgumentError("--rank must be >= 0");
   if (o.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
   if (o.threads > 0) omp_set_num_threads(o.threads);

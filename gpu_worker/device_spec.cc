@@ -8,6 +8,9 @@
 #include "gpu_worker/cuda/cuda_device.h"
 #include "gpu_worker/cuda/device_info.h"
 #endif
+#ifdef TANDEM_HAVE_NCCL
+#include "gpu_worker/cuda/nccl_all_reduce.h"
+#endif
 
 namespace tandem {
 
@@ -19,16 +22,52 @@ bool BuiltWithCuda() {
 #endif
 }
 
+namespace {
+
+// The GPU ordinal of "cuda" or "cuda:N"; InvalidArgument for other names.
+absl::StatusOr<int> CudaOrdinal(const std::string& spec) {
+  int ordinal = 0;
+  if (spec != "cuda" && (!absl::StartsWith(spec, "cuda:") ||
+                         !absl::SimpleAtoi(spec.substr(5), &ordinal) || ordinal < 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device \"", spec, "\": expected host, cuda or cuda:N"));
+  }
+  return ordinal;
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerDevice> WorkerDeviceFor(const std::string& spec) {
+  WorkerDevice d;
+  d.name = spec;
+  auto make = DeviceFactoryFor(spec);
+  if (!make.ok()) return make.status();
+  d.make = *std::move(make);
+  if (spec == "host") return d;
+  auto ordinal = CudaOrdinal(spec);
+  if (!ordinal.ok()) return ordinal.status();
+#ifdef TANDEM_HAVE_NCCL
+  d.new_group_id = [] { return cuda::NewNcclGroupId(); };
+  d.join_group = [ordinal = *ordinal](const std::string& id, int rank, int size)
+      -> absl::StatusOr<std::unique_ptr<AllReduce>> {
+    auto g = cuda::NcclAllReduce::Create(id, rank, size, ordinal);
+    if (!g.ok()) return g.status();
+    return std::unique_ptr<AllReduce>(std::move(*g));
+  };
+#else
+  d.join_group = [](const std::string&, int, int) -> absl::StatusOr<std::unique_ptr<AllReduce>> {
+    return absl::UnimplementedError(
+        "tensor parallelism across GPUs needs NCCL, which this build did not find");
+  };
+#endif
+  return d;
+}
+
 absl::StatusOr<DeviceFactory> DeviceFactoryFor(const std::string& spec) {
   if (spec == "host") return DeviceFactory();
-  int ordinal = 0;
-  if (spec != "cuda") {
-    if (!absl::StartsWith(spec, "cuda:") || !absl::SimpleAtoi(spec.substr(5), &ordinal) ||
-        ordinal < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("device \"", spec, "\": expected host, cuda or cuda:N"));
-    }
-  }
+  auto parsed = CudaOrdinal(spec);
+  if (!parsed.ok()) return parsed.status();
+  const int ordinal = *parsed;
 #ifdef TANDEM_HAVE_CUDA_DEVICE
   std::string why;
   const auto visible = cuda::ListDevices(&why);
@@ -42,6 +81,7 @@ absl::StatusOr<DeviceFactory> DeviceFactoryFor(const std::string& spec) {
     return std::unique_ptr<Device>(std::move(*d));
   });
 #else
+  (void)ordinal;
   return absl::UnimplementedError(
       absl::StrCat("device ", spec, ": this build has no CUDA (nvcc was not found when it was "
                    "configured)"));

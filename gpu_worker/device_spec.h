@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "gpu_worker/engine/device.h"
+#include "gpu_worker/service/worker_device.h"
 
 namespace tandem {
 
@@ -16,6 +17,10 @@ namespace tandem {
 // without CUDA, FailedPrecondition when the GPU is not visible (checked
 // now, so a worker fails at start rather than at its first load).
 absl::StatusOr<DeviceFactory> DeviceFactoryFor(const std::string& spec);
+
+// The factory with the tensor-parallel group functions of the device's
+// kind (NCCL for GPUs, where the toolkit ships it), under the same rules.
+absl::StatusOr<WorkerDevice> WorkerDeviceFor(const std::string& spec);
 
 // True when this build has the CUDA device.
 bool BuiltWithCuda();

@@ -101,6 +101,21 @@ std::shared_ptr<grpc::Channel> MakeWorkerChannel(const std::string& address) {
                                    args);
 }
 
+absl::StatusOr<std::string> NewTensorParallelGroupId(const std::string& address, int32_t size) {
+  auto stub = proto::Worker::NewStub(MakeWorkerChannel(address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  proto::NewTensorParallelGroupRequest req;
+  req.set_size(size);
+  proto::NewTensorParallelGroupResponse resp;
+  const grpc::Status s = stub->NewTensorParallelGroup(&ctx, req, &resp);
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) return std::string();
+  if (!s.ok()) {
+    return FromGrpcStatus(s, absl::StrCat("NewTensorParallelGroup on gpu_worker at ", address));
+  }
+  return resp.group_id();
+}
+
 std::unique_ptr<PendingLoad> PendingLoad::Start(proto::Worker::Stub& stub,
                                                 proto::LoadModelRequest request,
                                                 absl::Duration timeout) {

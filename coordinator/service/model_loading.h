@@ -66,6 +66,12 @@ proto::LoadModelRequest BuildLoadModelRequest(const ModelSpec& spec);
 // biggest step results (prompt log-probs of long chunks).
 std::shared_ptr<grpc::Channel> MakeWorkerChannel(const std::string& address);
 
+// Asks the gpu_worker at `address` (rank 0 of a group of `size`) for the
+// group's communicator id: empty when its device leaves the naming to the
+// coordinator, or when the worker predates the call (UNIMPLEMENTED). Other
+// failures, and no answer within 30 s, are errors.
+absl::StatusOr<std::string> NewTensorParallelGroupId(const std::string& address, int32_t size);
+
 // One LoadModel call in flight. Thread-safe.
 class PendingLoad {
  public:

@@ -110,11 +110,26 @@ void StepDriver::LoadModel() {
   const Worker target = *current_;
   const int64_t epoch = worker_epoch_;
   // Rank 0 first, then its peers; with tensor parallelism every rank loads
-  // at once (rank 0 creates the group the others join).
+  // at once (rank 0 creates the group the others join), by the name rank
+  // 0's device gave it or, when it gives none (the host device), ours.
   std::vector<Worker> ranks = {target};
   ranks.insert(ranks.end(), peers_.begin(), peers_.end());
-  const std::string group =
-      absl::StrCat(config_.tp_group_prefix, "-", ++tp_groups_);
+  std::string group = absl::StrCat(config_.tp_group_prefix, "-", ++tp_groups_);
+  if (config_.tensor_parallel > 1) {
+    // Rank 0's device may name the group itself (an NCCL id); asked without
+    // the lock, as it is a call to another process.
+    mu_.Unlock();
+    absl::StatusOr<std::string> id =
+        NewTensorParallelGroupId(target.address, config_.tensor_parallel);
+    mu_.Lock();
+    if (stopping_ || epoch != worker_epoch_) return;  // that worker is gone
+    if (!id.ok()) {
+      Log(absl::StrCat("gpu_worker ", target.id, " made no tensor-parallel group id (",
+                       id.status().ToString(), "); the group loads as ", group));
+    } else if (!id->empty()) {
+      group = *std::move(id);
+    }
+  }
   std::vector<std::shared_ptr<proto::Worker::Stub>> stubs;
   std::vector<std::unique_ptr<PendingLoad>> loads;
   for (const Worker& w : ranks) {

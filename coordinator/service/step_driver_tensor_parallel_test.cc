@@ -2,6 +2,7 @@
 // rank is loaded with the group's communicator id and stepped in lockstep;
 // an incomplete group serves nothing; a rank failing alone loses (and
 // reloads) the whole group; bad configurations are refused.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,10 +23,16 @@ class StepDriverTensorParallelTest : public testing::DriverFixture {
     c.tp_group_prefix = "/tandem-test-tp";
     return c;
   }
-  testing::FakeWorkerServer* AddRank(int32_t rank) {
+  // `group_id`, if given, is what the worker answers NewTensorParallelGroup
+  // (set before it registers, so before the group can form).
+  testing::FakeWorkerServer* AddRank(int32_t rank,
+                                     std::optional<absl::StatusOr<std::string>> group_id = {}) {
     auto w = testing::FakeWorkerServer::Start({kVocab});
     EXPECT_NE(w, nullptr);
     if (w == nullptr) return nullptr;
+    if (group_id.has_value()) {
+      w->worker().SetGroupId(group_id->ok() ? **group_id : "", group_id->status());
+    }
     EXPECT_TRUE(w->RegisterWith(registry_address_, rank).ok());
     workers_.push_back(std::move(w));
     return workers_.back().get();
@@ -65,6 +72,40 @@ TEST_F(StepDriverTensorParallelTest, EveryRankLoadsTheGroupAndRunsEveryStep) {
     for (size_t i = 0; i < plans.size(); ++i) {
       EXPECT_EQ(plans[i].SerializeAsString(), want[i].SerializeAsString()) << "step " << i;
     }
+  }
+}
+
+// A rank 0 whose device names its groups (a GPU's NCCL id) is asked first,
+// and every rank loads with its id, bytes as given.
+TEST_F(StepDriverTensorParallelTest, RankZerosDeviceNamesTheGroup) {
+  StartCoordinator(TpConfig(2));
+  const std::string nccl_id("\x00\x01\xfe\xff nccl", 10);
+  // Rank 1 would answer too, but only rank 0 is asked.
+  testing::FakeWorkerServer* r1 = AddRank(1, std::string("rank 1 is not asked"));
+  testing::FakeWorkerServer* r0 = AddRank(0, nccl_id);
+  const std::vector<int32_t> prompt = Prompt(4, 50);
+  const int64_t id = Submit(prompt, Greedy(6));
+  ASSERT_TRUE(events_.WaitDone(id));
+  EXPECT_EQ(events_.Get(id).tokens, Expected(prompt, 6));
+  EXPECT_EQ(r0->worker().group_id_calls(), 1);
+  EXPECT_EQ(r1->worker().group_id_calls(), 0);
+  for (testing::FakeWorkerServer* w : {r0, r1}) {
+    EXPECT_EQ(w->worker().last_load().tensor_parallel().group_id(), nccl_id);
+  }
+}
+
+// A rank 0 that cannot make an id: the group still loads, under the
+// coordinator's name (the rank's device then reports what it lacks).
+TEST_F(StepDriverTensorParallelTest, AFailedGroupIdFallsBackToTheCoordinatorsName) {
+  StartCoordinator(TpConfig(2));
+  testing::FakeWorkerServer* r0 =
+      AddRank(0, absl::StatusOr<std::string>(absl::InternalError("ncclGetUniqueId failed")));
+  testing::FakeWorkerServer* r1 = AddRank(1);
+  ASSERT_TRUE(WaitReady());
+  EXPECT_EQ(r0->worker().group_id_calls(), 1);
+  for (testing::FakeWorkerServer* w : {r0, r1}) {
+    EXPECT_TRUE(absl::StartsWith(w->worker().last_load().tensor_parallel().group_id(),
+                                 "/tandem-test-tp-"));
   }
 }
 

@@ -170,7 +170,7 @@ void DeviceOps::Check(Device& d) {
       }
     }
     EXPECT_LT(RelErr(Get(d, dx, rows * kHidden), ref), 1e-5);
-  } else if (op == "AddScaledAndZero") {
+  } else if (op == "AddScaledZeroAndBias") {
     const std::vector<float> x = Random(1000), y = Random(1000);
     float* dx = Put(d, x);
     float* dy = Put(d, y);
@@ -182,6 +182,13 @@ void DeviceOps::Check(Device& d) {
     const std::vector<float> z = Get(d, dy, 1000);
     EXPECT_EQ(std::count(z.begin(), z.end(), 0.0f), 999);
     EXPECT_FLOAT_EQ(z[999], ref[999]);
+    // Bias rows: y[r] += q_bias for 3 rows.
+    const std::vector<float> rows3 = Random(3 * kQ);
+    float* dr = Put(d, rows3);
+    ASSERT_TRUE(d.AddBias(l.q_bias.data(), 3, kQ, dr).ok());
+    std::vector<float> want(rows3);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += l.q_bias[i % kQ];
+    EXPECT_LT(RelErr(Get(d, dr, 3 * kQ), want), 1e-6);
   } else if (op == "Linear") {
     for (int64_t m : {int64_t{1}, int64_t{4}, int64_t{19}}) {
       const std::vector<float> x = Random(m * kHidden);
@@ -330,7 +337,7 @@ TEST_P(DeviceOps, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, DeviceOps,
-                         ::testing::Values("Embedding", "RmsNorm", "AddScaledAndZero", "Linear",
+                         ::testing::Values("Embedding", "RmsNorm", "AddScaledZeroAndBias", "Linear",
                                            "Mlp", "Rope", "Attend", "RouteTopK",
                                            "GatherAndScatterRows", "SigmoidGateAdd"),
                          [](const auto& info) { return info.param; });

@@ -118,7 +118,7 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> RemoteExperts(
 
 absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& req,
                                                const std::function<bool()>& cancelled,
-                                               const DeviceFactory& device) {
+                                               const WorkerDevice& device) {
   if (req.model_path().empty()) return absl::InvalidArgumentError("LoadModel: model_path is empty");
   if (req.attach_timeout_ms() < 0) {
     return absl::InvalidArgumentError("LoadModel: attach_timeout_ms must be >= 0");
@@ -147,8 +147,11 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
     ao.cancelled = cancelled;
     ao.timeout = absl::Milliseconds(req.attach_timeout_ms() > 0 ? req.attach_timeout_ms()
                                                                 : kDefaultAttachMs);
-    absl::StatusOr<std::unique_ptr<ShmAllReduce>> group =
-        ShmAllReduce::Create(tp.group_id(), tp.rank(), tp.size(), ao);
+    absl::StatusOr<std::unique_ptr<AllReduce>> group =
+        device.join_group != nullptr
+            ? device.join_group(tp.group_id(), tp.rank(), tp.size())
+            : absl::StatusOr<std::unique_ptr<AllReduce>>(
+                  ShmAllReduce::Create(tp.group_id(), tp.rank(), tp.size(), ao));
     if (!group.ok()) {
       return absl::Status(group.status().code(),
                           absl::StrCat("LoadModel: tensor-parallel group: ",
@@ -201,7 +204,7 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
   }
   // The experts the cpu_workers compute are not loaded here.
   eo.remote_experts = remote;
-  eo.device = device;
+  eo.device = device.make;
   const int64_t max_sequences = eo.max_sequences;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
   const absl::Duration attach = absl::Milliseconds(

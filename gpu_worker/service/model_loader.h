@@ -17,6 +17,7 @@
 #include "gpu_worker/engine/all_reduce.h"
 #include "gpu_worker/engine/device.h"
 #include "gpu_worker/engine/engine.h"
+#include "gpu_worker/service/worker_device.h"
 #include "gpu_worker/engine/shm_attention_offload.h"
 #include "gpu_worker/engine/expert_offload.h"
 #include "gpu_worker/service/step_executor.h"
@@ -52,10 +53,11 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> RemoteExperts(
 // Checkpoint::Open gives them, Unavailable if no cpu_worker attaches in time,
 // Cancelled if `cancelled` (polled while waiting for it) turns true; a
 // cpu_worker that refuses the CPU KV cache shape, with its own code.
-// The engine runs on the device `device` makes (null: the host device).
+// The engine runs on `device` (default: the host device), whose
+// tensor-parallel groups it joins.
 absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& req,
                                                const std::function<bool()>& cancelled = {},
-                                               const DeviceFactory& device = {});
+                                               const WorkerDevice& device = {});
 
 // Bytes of weights the engine holds (in their compute dtype).
 int64_t WeightBytes(const ModelWeights& w);

@@ -2,6 +2,7 @@
 // rank gets a LoadModelRequest naming the group, and every rank runs the
 // same StepPlans. The ranks' tokens equal a single worker's; bad groups are
 // refused at load, without waiting for peers.
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -10,7 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/shm/shm_segment.h"
+#include "gpu_worker/engine/shm_all_reduce.h"
 #include "gpu_worker/service/model_loader.h"
+#include "gpu_worker/service/worker_device.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -142,6 +145,54 @@ TEST(TensorParallelWorkersLoad, BadGroupsAreRefusedWithoutWaiting) {
   EXPECT_EQ(code(with_cpu), absl::StatusCode::kInvalidArgument);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
   EXPECT_TRUE(shm::ListSegments(group).empty());
+}
+
+// A device that joins its own kind of group (a GPU's NCCL) is asked to,
+// with the request's id, rank and size; what it joins is the group the
+// engine sums through. Here it joins the host's shared-memory group under
+// the id it is given, so the ranks must agree with a single worker.
+TEST(TensorParallelWorkerDevice, TheDeviceJoinsTheGroup) {
+  auto single = LoadModelForWorker(Request("qwen2_f32", 0, 0, ""));
+  ASSERT_TRUE(single.ok()) << single.status();
+  auto want = RunPlans(*single->executor, 0.0f);
+  ASSERT_TRUE(want.ok()) << want.status();
+  const std::string group = shm::MakeSegmentName("test-tpd");
+  std::atomic<int> joins{0};
+  WorkerDevice device;
+  device.join_group = [&](const std::string& id, int rank,
+                          int size) -> absl::StatusOr<std::unique_ptr<AllReduce>> {
+    EXPECT_EQ(id, group);
+    EXPECT_EQ(size, 2);
+    ++joins;
+    auto g = ShmAllReduce::Create(id, rank, size, {});
+    if (!g.ok()) return g.status();
+    return std::unique_ptr<AllReduce>(std::move(*g));
+  };
+  std::vector<absl::StatusOr<Trace>> out(2, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto m = LoadModelForWorker(Request("qwen2_f32", r, 2, group), {}, device);
+      if (!m.ok()) {
+        out[r] = m.status();
+        return;
+      }
+      out[r] = RunPlans(*m->executor, 0.0f);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(joins.load(), 2);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status();
+    EXPECT_EQ(out[r]->tokens, want->tokens) << "rank " << r;
+  }
+  // A device that cannot join fails the load with its reason.
+  device.join_group = [](const std::string&, int, int)
+      -> absl::StatusOr<std::unique_ptr<AllReduce>> {
+    return absl::UnimplementedError("no NCCL in this build");
+  };
+  auto m = LoadModelForWorker(Request("qwen2_f32", 1, 2, group), {}, device);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented) << m.status();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "gpu_worker/service/worker_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/shm/shm_segment.h"
 #include "gpu_worker/service/host_profiler.h"
 #include "gpu_worker/service/model_loader.h"
@@ -95,6 +96,20 @@ grpc::Status WorkerService::Drain(grpc::ServerContext*, const proto::DrainReques
 grpc::Status WorkerService::Shutdown(grpc::ServerContext*, const proto::DrainRequest*,
                                      proto::DrainResponse*) {
   DoShutdown();
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::NewTensorParallelGroup(grpc::ServerContext*,
+                                                   const proto::NewTensorParallelGroupRequest* req,
+                                                   proto::NewTensorParallelGroupResponse* resp) {
+  if (req->size() < 2) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("NewTensorParallelGroup: a group of ", req->size(), " ranks")));
+  }
+  if (device_.new_group_id == nullptr) return grpc::Status::OK;  // the coordinator names it
+  absl::StatusOr<std::string> id = device_.new_group_id();
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  resp->set_group_id(*id);
   return grpc::Status::OK;
 }
 

@@ -29,6 +29,7 @@
 #include "gpu_worker/engine/shm_attention_offload.h"
 #include "gpu_worker/engine/shm_expert_offload.h"
 #include "gpu_worker/service/step_executor.h"
+#include "gpu_worker/service/worker_device.h"
 #include "proto/worker.grpc.pb.h"
 
 namespace tandem {
@@ -40,7 +41,7 @@ class WorkerService final : public proto::Worker::Service {
 
   // The device every engine this worker loads runs on (default: the host
   // device). Set before serving.
-  void SetDevice(DeviceFactory device) { device_ = std::move(device); }
+  void SetDevice(WorkerDevice device) { device_ = std::move(device); }
 
   // --- gRPC handlers ---
   grpc::Status LoadModel(grpc::ServerContext* ctx, const proto::LoadModelRequest* req,
@@ -53,6 +54,11 @@ class WorkerService final : public proto::Worker::Service {
                      proto::DrainResponse* resp) override;
   grpc::Status Shutdown(grpc::ServerContext* ctx, const proto::DrainRequest* req,
                         proto::DrainResponse* resp) override;
+  // A communicator id for a tensor-parallel group this worker will be rank
+  // 0 of; empty for the host device (the coordinator names its groups).
+  grpc::Status NewTensorParallelGroup(grpc::ServerContext* ctx,
+                                      const proto::NewTensorParallelGroupRequest* req,
+                                      proto::NewTensorParallelGroupResponse* resp) override;
 
   // --- the same, in absl terms ---
   // Opens the checkpoint and builds the engine: KV for
@@ -79,7 +85,7 @@ class WorkerService final : public proto::Worker::Service {
 
  private:
   absl::Mutex mu_;  // one engine: LoadModel, Step and Profile run one at a time
-  DeviceFactory device_;
+  WorkerDevice device_;
   // The engine holds raw pointers to the offloads: executor_ goes first.
   std::vector<std::unique_ptr<shm::HostWeightStore>> expert_stores_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ExpertOffload> offload_ ABSL_GUARDED_BY(mu_);

@@ -239,6 +239,35 @@ TEST_F(WorkerOverGrpc, ShutdownNotifiesAndRefusesWork) {
   EXPECT_EQ(Load(LoadRequest("llama_f32")).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
+// The host device leaves naming a tensor-parallel group to the
+// coordinator; a device that names its own (a GPU's NCCL id) answers with
+// its id, bytes as made.
+TEST_F(WorkerOverGrpc, NewTensorParallelGroupIsTheDevicesToMake) {
+  auto ask = [&](int32_t size, std::string* id) {
+    grpc::ClientContext ctx;
+    proto::NewTensorParallelGroupRequest req;
+    req.set_size(size);
+    proto::NewTensorParallelGroupResponse resp;
+    const grpc::Status s = stub_->NewTensorParallelGroup(&ctx, req, &resp);
+    *id = resp.group_id();
+    return s.error_code();
+  };
+  std::string id = "unset";
+  EXPECT_EQ(ask(2, &id), grpc::StatusCode::OK);
+  EXPECT_EQ(id, "");
+  EXPECT_EQ(ask(1, &id), grpc::StatusCode::INVALID_ARGUMENT);
+  WorkerDevice gpu_like;
+  gpu_like.new_group_id = [] { return std::string("\x01\x00id", 4); };
+  service_.SetDevice(gpu_like);
+  EXPECT_EQ(ask(4, &id), grpc::StatusCode::OK);
+  EXPECT_EQ(id, std::string("\x01\x00id", 4));
+  gpu_like.new_group_id = []() -> absl::StatusOr<std::string> {
+    return absl::InternalError("no NCCL");
+  };
+  service_.SetDevice(gpu_like);
+  EXPECT_EQ(ask(2, &id), grpc::StatusCode::INTERNAL);
+}
+
 TEST_F(WorkerOverGrpc, ProfileMeasuresTheHost) {
   grpc::ClientContext ctx;
   proto::ProfileResponse p;

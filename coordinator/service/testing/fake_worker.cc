@@ -371,4 +371,28 @@ void FakeWorkerServer::Kill() {
   }
 }
 
+grpc::Status FakeWorker::NewTensorParallelGroup(grpc::ServerContext*,
+                                                const proto::NewTensorParallelGroupRequest*,
+                                                proto::NewTensorParallelGroupResponse* resp) {
+  absl::MutexLock l(&mu_);
+  ++group_id_calls_;
+  if (!group_id_.has_value()) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "not implemented");
+  }
+  if (!group_id_status_.ok()) return ToGrpcStatus(group_id_status_);
+  resp->set_group_id(*group_id_);
+  return grpc::Status::OK;
+}
+
+void FakeWorker::SetGroupId(std::string id, absl::Status status) {
+  absl::MutexLock l(&mu_);
+  group_id_ = std::move(id);
+  group_id_status_ = std::move(status);
+}
+
+int64_t FakeWorker::group_id_calls() const {
+  absl::MutexLock l(&mu_);
+  return group_id_calls_;
+}
+
 }  // namespace tandem::coord::testing

@@ -16,6 +16,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -43,6 +45,11 @@ class FakeWorker final : public proto::Worker::Service {
                     proto::StepResult* result) override;
   grpc::Status Drain(grpc::ServerContext* ctx, const proto::DrainRequest* req,
                      proto::DrainResponse* resp) override;
+  // UNIMPLEMENTED (a host-device worker of before the call) unless
+  // SetGroupId gave an answer.
+  grpc::Status NewTensorParallelGroup(grpc::ServerContext* ctx,
+                                      const proto::NewTensorParallelGroupRequest* req,
+                                      proto::NewTensorParallelGroupResponse* resp) override;
 
   // The token rule without a script: 10 + hash(context, ...) % (vocab - 10),
   // so ids 0..9 (EOS and friends) only come from scripts.
@@ -60,6 +67,10 @@ class FakeWorker final : public proto::Worker::Service {
   // While held, Steps (LoadModels) wait until released or cancelled.
   void HoldSteps(bool hold);
   void HoldLoads(bool hold);
+  // NewTensorParallelGroup answers `id` (a GPU rank 0 naming its NCCL
+  // group), or fails with `status` if it is not OK.
+  void SetGroupId(std::string id, absl::Status status = absl::OkStatus());
+  int64_t group_id_calls() const;
 
   // --- observations ---
   int64_t steps() const;  // Steps run (successful)
@@ -106,6 +117,9 @@ class FakeWorker final : public proto::Worker::Service {
   absl::Duration step_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   bool hold_ ABSL_GUARDED_BY(mu_) = false;
   bool hold_loads_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<std::string> group_id_ ABSL_GUARDED_BY(mu_);
+  absl::Status group_id_status_ ABSL_GUARDED_BY(mu_);
+  int64_t group_id_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t step_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t loads_ ABSL_GUARDED_BY(mu_) = 0;
