@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cli/child_process.h"
 #include "common/shm/shm_segment.h"
 #include "common/status_macros.h"
+#include "gpu_worker/device_spec.h"
 #include "gpu_worker/engine/sharded_expert_offload.h"
 
 namespace tandem::cli {
@@ -39,6 +41,18 @@ absl::Status Run(const ServeOptions& so) {
 
   CoordinatorOptions o = so.coordinator;
   o.registry_listen = "127.0.0.1:0";  // the workers are local children
+  // Each rank's device, checked before anything starts.
+  const int ranks = std::max(1, o.tensor_parallel);
+  if (ranks > 1 && absl::StartsWith(so.device, "cuda:")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device ", so.device, " names one GPU; with --tensor-parallel ", ranks,
+        " use --device cuda (rank r on GPU r)"));
+  }
+  std::vector<std::string> devices;
+  for (int r = 0; r < ranks; ++r) {
+    devices.push_back(so.device == "cuda" && ranks > 1 ? absl::StrCat("cuda:", r) : so.device);
+    TANDEM_RETURN_IF_ERROR(DeviceFactoryFor(devices.back()).status());
+  }
   const bool cpu_worker = o.cpu_experts != "none" || o.cpu_kv_blocks > 0;
   if (cpu_worker) o.rings = absl::StrCat("/tandem-", getpid(), "-experts");
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorRuntime> rt, CoordinatorRuntime::Start(o));
@@ -51,13 +65,13 @@ absl::Status Run(const ServeOptions& so) {
   std::vector<Supervised> workers;
   // One gpu_worker per tensor-parallel rank; ranks on this machine share
   // its cores instead of each spinning up a thread per core.
-  const int ranks = std::max(1, o.tensor_parallel);
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   const int threads = ranks > 1 ? std::max(1, static_cast<int>(cores) / ranks) : 0;
   for (int r = 0; r < ranks; ++r) {
     workers.push_back({"gpu_worker",
                        {"gpu-worker", "--listen", "127.0.0.1:0", "--coordinator",
-                        rt->registry_address(), "--device", "host", "--rank", absl::StrCat(r),
+                        rt->registry_address(), "--device", devices[static_cast<size_t>(r)],
+                        "--rank", absl::StrCat(r),
                         "--threads", absl::StrCat(threads)},
                        nullptr});
   }
@@ -105,6 +119,10 @@ CLI::App* AddServeCommand(CLI::App& app, ServeOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "serve", "Serve a model over the OpenAI-compatible HTTP API, with its workers as children");
   AddCoordinatorFlags(cmd, o.coordinator);
+  cmd->add_option("--device", o.device,
+                  "The gpu_workers' device: host (CPU kernels), cuda (rank r on GPU r) or cuda:N "
+                  "(builds with CUDA)")
+      ->capture_default_str();
   return cmd;
 }
 

@@ -5,6 +5,8 @@
 #ifndef TANDEM_CLI_SERVE_COMMAND_H_
 #define TANDEM_CLI_SERVE_COMMAND_H_
 
+#include <string>
+
 #include "CLI/CLI.hpp"
 #include "cli/coordinator_runtime.h"
 
@@ -12,6 +14,9 @@ namespace tandem::cli {
 
 struct ServeOptions {
   CoordinatorOptions coordinator;
+  // The gpu_workers' device: host, cuda (rank r on GPU r) or cuda:N (one
+  // rank on GPU N).
+  std::string device = "host";
 };
 
 CLI::App* AddServeCommand(CLI::App& app, ServeOptions& opts);
