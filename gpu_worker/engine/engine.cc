@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "gpu_worker/engine/local_expert_offload.h"
 #include "gpu_worker/host/host_device.h"
 #include "cpu_worker/ops/attention.h"
 #include "cpu_worker/ops/elementwise.h"
@@ -103,6 +104,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
   for (size_t l = 0; e->pager_ != nullptr && l < e->weights_.layers.size(); ++l) {
     if (!e->pager_->IsStreamed(static_cast<int64_t>(l))) continue;
     for (const ops::LinearWeight* w : FfnMatrices(e->weights_.layers[l])) streamed.push_back(w);
+  }
+  if (options.expert_cache.capacity_per_layer > 0) {
+    TANDEM_RETURN_IF_ERROR(e->SetUpExpertCache(options));
+    // The routed experts stay in host memory: the cache copies them in.
+    for (const LayerWeights& l : e->weights_.layers) {
+      for (const ops::MlpWeights& x : l.experts) {
+        for (const ops::LinearWeight* w : {&x.gate, &x.up, &x.down}) streamed.push_back(w);
+      }
+    }
   }
   TANDEM_RETURN_IF_ERROR(e->dev_->Prepare(e->weights_, e->inv_freq_, streamed));
   return e;
@@ -203,6 +213,25 @@ absl::Status Engine::SetUpStreaming(const EngineOptions& options) {
   }
   if (streamed.empty()) return absl::OkStatus();
   return StartStreaming(streamed, largest, options.stream_page_bytes);
+}
+
+absl::Status Engine::SetUpExpertCache(const EngineOptions& options) {
+  if (!options.remote_experts.empty() || tp_ != nullptr || pager_ != nullptr) {
+    return absl::InvalidArgumentError(
+        "engine options: the expert cache places the routed experts itself; it does not "
+        "combine with remote_experts, tensor parallelism or FFN streaming");
+  }
+  if (copy_engine_ == nullptr) {
+    TANDEM_ASSIGN_OR_RETURN(copy_engine_, dev_->NewCopyEngine());
+  }
+  TANDEM_ASSIGN_OR_RETURN(cache_, ExpertCache::Create(config(), weights_.layers, *dev_,
+                                                      *copy_engine_, options.expert_cache));
+  // Until SetExpertOffload names another: every expert on this process's
+  // CPU, from the host copies in weights_.
+  own_offload_ = std::make_unique<LocalExpertOffload>(&weights_,
+                                                      [](int64_t, int64_t) { return true; });
+  offload_ = own_offload_.get();
+  return absl::OkStatus();
 }
 
 absl::Status Engine::StartStreaming(const std::vector<int64_t>& streamed, int64_t largest,
@@ -576,7 +605,31 @@ absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
       weights[static_cast<size_t>(route_ids_[r])].push_back(route_w_[r]);
     }
   }
-  auto remote = [&](int64_t e) { return offload_ != nullptr && offload_->IsRemote(layer, e); };
+  // Where each activated expert runs: the cache's plan, or the placement
+  // the offload claims (experts in index order).
+  std::vector<char> on_cpu(static_cast<size_t>(experts), 0);
+  std::vector<int> local_order;
+  LayerPlan plan;
+  if (cache_ != nullptr) {
+    const size_t routed = static_cast<size_t>(rows * k);
+    TANDEM_ASSIGN_OR_RETURN(
+        plan, cache_->Plan(static_cast<int>(layer), absl::MakeConstSpan(route_ids_.data(), routed),
+                           absl::MakeConstSpan(route_w_.data(), routed), static_cast<int>(k)));
+    for (int e : plan.cpu) on_cpu[static_cast<size_t>(e)] = 1;
+    local_order = plan.gpu_hits;
+    local_order.insert(local_order.end(), plan.gpu_loads.begin(), plan.gpu_loads.end());
+  } else {
+    for (int64_t e = 0; e < experts; ++e) {
+      // Asked only of experts with tokens (bench/expert_usage.h relies on it).
+      if (tokens[e].empty()) continue;
+      if (offload_ != nullptr && offload_->IsRemote(layer, e)) {
+        on_cpu[static_cast<size_t>(e)] = 1;
+      } else {
+        local_order.push_back(static_cast<int>(e));
+      }
+    }
+  }
+  auto remote = [&](int64_t e) { return on_cpu[static_cast<size_t>(e)] != 0; };
 
   // Remote jobs: their rows gathered into one host buffer and submitted, so
   // the offload works while the device runs the local experts (on a GPU
@@ -585,7 +638,6 @@ absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
   std::vector<int64_t> remote_rows;  // the tokens of the jobs' rows, in order
   if (offload_ != nullptr) {
     for (int64_t e = 0; e < experts; ++e) {
-      // Asked only of experts with tokens (bench/expert_usage.h relies on it).
       if (!tokens[e].empty() && remote(e)) {
         remote_rows.insert(remote_rows.end(), tokens[e].begin(), tokens[e].end());
       }
@@ -623,22 +675,30 @@ absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
   TANDEM_RETURN_IF_ERROR(dev_->Zero(out_.data(), rows * hidden));
   TANDEM_RETURN_IF_ERROR(Grow(ex_in_, rows * hidden));
   TANDEM_RETURN_IF_ERROR(Grow(ex_out_, rows * hidden));
-  for (int64_t e = 0; e < experts; ++e) {
+  for (size_t i = 0; i < local_order.size(); ++i) {
+    const int e = local_order[i];
     const std::vector<int64_t>& toks = tokens[static_cast<size_t>(e)];
-    if (toks.empty() || remote(e)) continue;
     const int64_t n = static_cast<int64_t>(toks.size());
-    if (lw.experts[static_cast<size_t>(e)].gate.rows() == 0) {
+    ops::MlpWeights cached;
+    const ops::MlpWeights* w = &lw.experts[static_cast<size_t>(e)];
+    if (cache_ != nullptr) {
+      // Hits first, then the loads, as the plan runs them.
+      TANDEM_ASSIGN_OR_RETURN(cached, i < plan.gpu_hits.size() ? cache_->Weights(layer, e)
+                                                              : cache_->Load(layer, e));
+      w = &cached;
+    } else if (w->gate.rows() == 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "expert ", e, " of layer ", layer,
           " is not loaded here and the expert offload does not claim it"));
     }
     TANDEM_RETURN_IF_ERROR(dev_->GatherRows(h_.data(), hidden, toks.data(), n, ex_in_.data()));
-    TANDEM_RETURN_IF_ERROR(
-        dev_->Mlp(lw.experts[static_cast<size_t>(e)], ex_in_.data(), n, ex_out_.data()));
+    TANDEM_RETURN_IF_ERROR(dev_->Mlp(*w, ex_in_.data(), n, ex_out_.data()));
     TANDEM_RETURN_IF_ERROR(dev_->ScatterAddRows(ex_out_.data(), hidden, toks.data(),
                                                 weights[static_cast<size_t>(e)].data(), n,
                                                 out_.data()));
   }
+
+  if (cache_ != nullptr) TANDEM_RETURN_IF_ERROR(cache_->Finish(plan));
 
   if (lw.has_shared_expert) {
     TANDEM_RETURN_IF_ERROR(dev_->Mlp(lw.shared, h_.data(), rows, ex_out_.data()));

@@ -20,6 +20,7 @@
 #include "gpu_worker/engine/attention_offload.h"
 #include "gpu_worker/engine/copy_engine.h"
 #include "gpu_worker/engine/device.h"
+#include "gpu_worker/engine/expert_cache.h"
 #include "gpu_worker/engine/expert_offload.h"
 #include "gpu_worker/engine/kv_cache.h"
 #include "gpu_worker/engine/model_weights.h"
@@ -62,6 +63,14 @@ struct EngineOptions {
   // are not loaded here (a cpu_worker holds them). Steps then need an
   // offload that claims exactly these (FailedPrecondition otherwise).
   std::vector<std::vector<int32_t>> remote_experts;
+  // The GPU expert cache (expert_cache.h; capacity 0: off): routed experts
+  // stay in host memory, `capacity_per_layer` of each layer's live in
+  // device slots chosen by HybriMoE's score cache and Klotski's prefetch,
+  // and each step splits the activated experts between the device and the
+  // expert offload (which must compute any expert; without one the engine
+  // computes the CPU's share itself, on its own thread). Does not combine
+  // with remote_experts, tensor parallelism or FFN streaming of MoE layers.
+  ExpertCacheOptions expert_cache;
 };
 
 // One sequence's part of a step.
@@ -101,7 +110,11 @@ class Engine {
 
   // Routes the experts the offload claims to it (not owned; null = all
   // experts local). Set before the first Step.
-  void SetExpertOffload(ExpertOffload* offload) { offload_ = offload; }
+  // With the expert cache on, the offload must compute any expert; null
+  // goes back to the engine's own.
+  void SetExpertOffload(ExpertOffload* offload) {
+    offload_ = offload != nullptr ? offload : own_offload_.get();
+  }
   // Computes the attention of cpu_attention sequences (not owned; null =
   // such chunks are FailedPrecondition). Set before the first Step.
   void SetAttentionOffload(AttentionOffload* offload) { attn_offload_ = offload; }
@@ -124,6 +137,8 @@ class Engine {
   ops::ComputeType compute_type() const { return weights_.lm_head.compute_type(); }
   // Null unless weight_budget_bytes left some layers' FFN weights streamed.
   const WeightPager* weight_pager() const { return pager_.get(); }
+  // Null unless EngineOptions::expert_cache is on.
+  const ExpertCache* expert_cache() const { return cache_.get(); }
 
  private:
   Engine() = default;
@@ -135,6 +150,9 @@ class Engine {
   // Picks the layers whose FFN weights are streamed under
   // options.weight_budget_bytes and sets up the pager.
   absl::Status SetUpStreaming(const EngineOptions& options);
+  // Creates the expert cache (options.expert_cache on) and the offload
+  // that computes the CPU's share until SetExpertOffload names another.
+  absl::Status SetUpExpertCache(const EngineOptions& options);
   absl::Status StartStreaming(const std::vector<int64_t>& layers, int64_t largest_bytes,
                               int64_t page_bytes);
   // The FFN of layer `l`, computed from `lw` (reads h_, writes out_).
@@ -172,6 +190,10 @@ class Engine {
   std::unique_ptr<CopyEngine> copy_engine_;
   DeviceMemory staging_[2];  // on the device
   std::unique_ptr<WeightPager> pager_;
+  std::unique_ptr<ExpertCache> cache_;  // after the copy engine and device: goes first
+  // The CPU's share of a cached model when no offload is set (computes
+  // from weights_, so it is declared after them: it goes first).
+  std::unique_ptr<ExpertOffload> own_offload_;
   int64_t heads_ = 0;        // query heads of this rank
   int64_t kv_heads_ = 0;     // KV heads of this rank
 

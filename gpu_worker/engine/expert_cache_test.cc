@@ -1,0 +1,168 @@
+// The engine with its expert cache on, on every device (the host device,
+// the host device posing as one with its own memory, each GPU): routed
+// experts kept in host memory, a few per layer in device slots, each step
+// split between the device and the CPU. Logits must equal the all-resident
+// host engine's (within f32 rounding: the experts' contributions are added
+// in another order; bf16 rounding on a GPU), however the cache is sized,
+// and the residency counters must add up.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "gpu_worker/engine/engine.h"
+#include "gpu_worker/engine/local_expert_offload.h"
+#include "gpu_worker/engine/testing/test_devices.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+std::unique_ptr<Engine> Load(const std::string& name, EngineOptions o) {
+  auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" + name);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  if (!ckpt.ok()) return nullptr;
+  o.max_context = 64;
+  o.max_sequences = 2;
+  auto e = Engine::Create(std::move(*ckpt), o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+// A prefill of two sequences, then decode steps: all logits, concatenated.
+std::vector<float> RunSteps(Engine& e, int decode_steps) {
+  std::vector<SequenceChunk> batch = {{0, {3, 14, 15, 92, 65, 35, 89, 79}, 0, true},
+                                      {1, {32, 38, 46, 26, 43}, 0, true}};
+  std::vector<float> all;
+  for (int step = 0; step <= decode_steps; ++step) {
+    auto r = e.Step(batch);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return {};
+    all.insert(all.end(), r->logits.begin(), r->logits.end());
+    for (SequenceChunk& s : batch) {
+      s.start_pos += static_cast<int64_t>(s.tokens.size());
+      s.tokens = {static_cast<int32_t>((step * 11 + s.seq_id * 7 + 5) % 100)};
+      s.all_logits = false;
+    }
+  }
+  e.FreeSequence(0);
+  e.FreeSequence(1);
+  return all;
+}
+
+double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0, r = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+    r = std::max(r, std::fabs(static_cast<double>(b[i])));
+  }
+  return d / std::max(r, 1e-30);
+}
+
+class ExpertCacheEngine : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ExpertCacheEngine, LogitsMatchTheResidentEngineAndCountersAddUp) {
+  std::string why;
+  const std::vector<testing::TestDevice> devices = testing::TestDevices(&why);
+  if (!why.empty()) std::printf("no GPU device checked: %s\n", why.c_str());
+  auto host = Load(GetParam(), {});
+  ASSERT_NE(host, nullptr);
+  const std::vector<float> want = RunSteps(*host, 6);
+  const ModelConfig& c = host->config();
+  for (const testing::TestDevice& d : devices) {
+    for (int capacity : {1, 2, static_cast<int>(c.num_experts)}) {
+      SCOPED_TRACE(d.name + " capacity " + std::to_string(capacity));
+      EngineOptions o;
+      o.device = d.make;
+      o.expert_cache.capacity_per_layer = capacity;
+      o.expert_cache.prefetch_budget = 1;
+      auto engine = Load(GetParam(), o);
+      ASSERT_NE(engine, nullptr);
+      ASSERT_NE(engine->expert_cache(), nullptr);
+      // Twice: the second pass starts from a warm cache.
+      for (int pass = 0; pass < 2; ++pass) {
+        const std::vector<float> got = RunSteps(*engine, 6);
+        EXPECT_LT(RelErr(got, want), testing::IsGpu(d) ? 3e-2 : 1e-5) << "pass " << pass;
+      }
+      const ExpertResidencyStats st = engine->expert_cache()->residency().Stats();
+      const LayerResidencyStats& t = st.total;
+      EXPECT_GT(t.activations, 0);
+      EXPECT_EQ(t.hits + t.misses, t.activations);
+      EXPECT_EQ(t.gpu_computed + t.cpu_computed, t.activations);
+      EXPECT_LE(t.admitted, t.loads);
+      EXPECT_GT(t.gpu_computed, 0) << "the cost model sends experts to the device";
+      for (int64_t l = 0; l < c.num_layers; ++l) {
+        EXPECT_LE(static_cast<int>(engine->expert_cache()->residency().Resident(
+                      static_cast<int>(l)).size()),
+                  capacity);
+      }
+    }
+  }
+}
+
+// The CPU's share goes to the offload the engine is given (it must compute
+// any expert), with the same logits.
+TEST_P(ExpertCacheEngine, TheCpuShareGoesToTheGivenOffload) {
+  auto host = Load(GetParam(), {});
+  ASSERT_NE(host, nullptr);
+  const std::vector<float> want = RunSteps(*host, 4);
+  EngineOptions o;
+  o.expert_cache.capacity_per_layer = 1;
+  // CPU compute as fast as the GPU's: the split sends some experts there.
+  o.expert_cache.costs.gpu_compute_s = [](int64_t t) { return 1e-4 * static_cast<double>(t); };
+  o.expert_cache.costs.cpu_compute_s = [](int64_t t) { return 1e-4 * static_cast<double>(t); };
+  o.expert_cache.costs.transfer_s = 1e-3;
+  auto engine = Load(GetParam(), o);
+  ASSERT_NE(engine, nullptr);
+  int64_t asked = 0;
+  struct Counting : LocalExpertOffload {
+    Counting(const ModelWeights* w, int64_t* n)
+        : LocalExpertOffload(w, [](int64_t, int64_t) { return true; }), n_(n) {}
+    absl::Status Submit(int64_t layer, const std::vector<ExpertJob>& jobs) override {
+      *n_ += static_cast<int64_t>(jobs.size());
+      return LocalExpertOffload::Submit(layer, jobs);
+    }
+    int64_t* n_;
+  } offload(&host->weights(), &asked);
+  engine->SetExpertOffload(&offload);
+  EXPECT_LT(RelErr(RunSteps(*engine, 4), want), 1e-5);
+  const LayerResidencyStats t = engine->expert_cache()->residency().Stats().total;
+  EXPECT_GT(t.cpu_computed, 0);
+  EXPECT_EQ(asked, t.cpu_computed);
+  engine->SetExpertOffload(nullptr);  // back to the engine's own, before `offload` goes
+  EXPECT_LT(RelErr(RunSteps(*engine, 4), want), 1e-5);
+}
+
+TEST(ExpertCacheOptionsTest, BadCombinationsAreRefused) {
+  auto open = [](EngineOptions o) {
+    auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/mixtral_f32");
+    EXPECT_TRUE(ckpt.ok());
+    return Engine::Create(std::move(*ckpt), o).status().code();
+  };
+  EngineOptions o;
+  o.expert_cache.capacity_per_layer = 5;  // of 4 experts
+  EXPECT_EQ(open(o), absl::StatusCode::kInvalidArgument);
+  o.expert_cache.capacity_per_layer = 2;
+  o.remote_experts = {{1}, {}};
+  EXPECT_EQ(open(o), absl::StatusCode::kInvalidArgument);
+  o.remote_experts.clear();
+  o.streamed_ffn_layers = {1};
+  EXPECT_EQ(open(o), absl::StatusCode::kInvalidArgument);
+  auto dense = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/llama_f32");
+  ASSERT_TRUE(dense.ok());
+  EngineOptions d;
+  d.expert_cache.capacity_per_layer = 1;
+  EXPECT_EQ(Engine::Create(std::move(*dense), d).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(MoeModels, ExpertCacheEngine,
+                         ::testing::Values("mixtral_f32", "qwen2_moe_f32", "qwen3_moe_f32",
+                                           "olmoe_f32", "mixtral_bf16"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace tandem
