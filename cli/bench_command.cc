@@ -76,7 +76,7 @@ absl::StatusOr<bench::BenchOptions> ToOptions(const BenchCommandOptions& c) {
   if (!(c.gpu_memory_budget_gb >= 0)) {
     return absl::InvalidArgumentError("--gpu-memory-budget must be >= 0 GB");
   }
-  o.weight_budget_bytes = static_cast<int64_t>(c.gpu_memory_budget_gb * (1 << 30));
+  o.weight_budget_bytes = static_cast<int64_t>(c.gpu_memory_budget_gb * 1e9);  // as serve
   o.repeats = c.repeats;
   o.warmup = c.warmup;
   o.bandwidth_bytes = c.bandwidth_mib << 20;

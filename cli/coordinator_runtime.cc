@@ -97,6 +97,11 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                   "gpu_worker ranks the model is sharded over (Megatron tensor parallelism; "
                   "the coordinator waits for ranks 0..N-1 to register)")
       ->capture_default_str();
+  cmd->add_option("--gpu-expert-cache", o.gpu_expert_cache,
+                  "Routed experts per MoE layer the gpu_worker keeps in device slots (HybriMoE "
+                  "score cache, Klotski prefetch); the rest stay in host memory and each step "
+                  "splits the activated ones between the device and the CPU (0: off)")
+      ->capture_default_str();
   cmd->add_option("--gpu-memory-budget", o.gpu_memory_budget_gb,
                   "GB of weights the gpu_worker keeps resident; the FFN weights of the layers "
                   "past it are streamed from host memory before use (0: all resident)")
@@ -171,6 +176,21 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
     return absl::InvalidArgumentError("--gpu-memory-budget must be >= 0");
   }
   dc.model.weight_budget_bytes = static_cast<int64_t>(o.gpu_memory_budget_gb * 1e9);
+  if (o.gpu_expert_cache < 0) return absl::InvalidArgumentError("--gpu-expert-cache must be >= 0");
+  if (o.gpu_expert_cache > 0 && !cfg.is_moe()) {
+    return absl::InvalidArgumentError("--gpu-expert-cache is for mixture-of-experts models");
+  }
+  if (o.gpu_expert_cache > cfg.num_experts) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpu-expert-cache ", o.gpu_expert_cache,
+                                                   " of ", cfg.num_experts, " experts per layer"));
+  }
+  if (o.gpu_expert_cache > 0 && (o.cpu_experts != "none" || o.tensor_parallel > 1 ||
+                                 o.gpu_memory_budget_gb > 0)) {
+    return absl::InvalidArgumentError(
+        "--gpu-expert-cache places the routed experts itself: it does not combine with "
+        "--cpu-experts, --tensor-parallel or --gpu-memory-budget");
+  }
+  dc.model.expert_cache_slots = o.gpu_expert_cache;
   dc.tensor_parallel = o.tensor_parallel;
   if (o.tensor_parallel > 1) {
     // Names of the ranks' all-reduce groups (one per load attempt).
@@ -199,6 +219,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
     m->SetKvCacheUsage(dm.gpu_kv_usage);
     m->SetKvBlocks("gpu", dm.gpu_kv_blocks_used, dm.gpu_kv_blocks_total);
     m->SetKvBlocks("cpu", dm.cpu_kv_blocks_used, dm.cpu_kv_blocks_total);
+    for (const auto& [event, count] : dm.expert_cache) m->SetExpertCacheEvent(event, count);
   });
 
   p->backend = std::make_unique<coord::FrontendBackend>(p->driver.get());

@@ -118,6 +118,13 @@ Metrics::Metrics(std::string model_name)
            .Name("tandem_kv_blocks_total")
            .Help("KV cache blocks available, by pool (gpu, cpu).")
            .Register(r);
+  expert_cache_ = &prometheus::BuildGauge()
+                       .Name("tandem_expert_cache_events")
+                       .Help("The gpu_worker's expert cache since its model loaded, by event: "
+                             "activations, hits, misses, loads, admitted, evictions, "
+                             "prefetch_issued, prefetch_used, prefetch_wasted, gpu_computed, "
+                             "cpu_computed.")
+                       .Register(r);
   worker_step_ = &prometheus::BuildHistogram()
                       .Name("tandem_worker_step_seconds")
                       .Help("Time of one step on each worker in seconds.")
@@ -172,6 +179,10 @@ void Metrics::SetKvBlocks(std::string_view pool, int64_t used, int64_t total) {
   prometheus::Labels l{{"pool", std::string(pool)}};
   kv_blocks_used_->Add(l).Set(static_cast<double>(used));
   kv_blocks_total_->Add(l).Set(static_cast<double>(total));
+}
+
+void Metrics::SetExpertCacheEvent(std::string_view event, int64_t count) {
+  expert_cache_->Add({{"event", std::string(event)}}).Set(static_cast<double>(count));
 }
 
 void Metrics::ObserveWorkerStep(std::string_view worker, double seconds) {

@@ -11,7 +11,10 @@
 //     tandem_http_requests_total{endpoint,code}
 //   gauges vllm:num_requests_running, vllm:num_requests_waiting,
 //     vllm:kv_cache_usage_perc (0..1), tandem_kv_blocks_used{pool},
-//     tandem_kv_blocks_total{pool}, tandem_http_requests_in_flight
+//     tandem_kv_blocks_total{pool}, tandem_http_requests_in_flight,
+//     tandem_expert_cache_events{event} (the gpu_worker's expert cache:
+//     hits, misses, loads, prefetch_issued/used/wasted, ... since its model
+//     loaded)
 // The frontend records the per-request figures; the scheduler / step driver
 // calls the Set*/Observe* functions below (all thread-safe).
 #ifndef TANDEM_COORDINATOR_FRONTEND_METRICS_H_
@@ -58,6 +61,7 @@ class Metrics {
   void SetKvCacheUsage(double fraction);  // GPU KV blocks in use, 0..1
   // pool: "gpu" or "cpu".
   void SetKvBlocks(std::string_view pool, int64_t used, int64_t total);
+  void SetExpertCacheEvent(std::string_view event, int64_t count);
   void ObserveWorkerStep(std::string_view worker, double seconds);
 
   // Called at the start of every scrape (e.g. to refresh gauges lazily).
@@ -88,6 +92,7 @@ class Metrics {
   prometheus::Gauge* kv_usage_;
   prometheus::Family<prometheus::Gauge>* kv_blocks_used_;
   prometheus::Family<prometheus::Gauge>* kv_blocks_total_;
+  prometheus::Family<prometheus::Gauge>* expert_cache_;
   prometheus::Family<prometheus::Histogram>* worker_step_;
 
   std::mutex hook_mu_;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem::coord {
@@ -70,6 +71,9 @@ struct DriverMetrics {
   std::string worker_address;
   std::string last_error;         // last load / worker failure
   Histogram step_seconds = Histogram::ForStepSeconds();
+  // The gpu_worker's expert cache counters (event name, count since its
+  // model loaded), from its last step; empty without a cache.
+  std::vector<std::pair<std::string, int64_t>> expert_cache;
 };
 
 }  // namespace tandem::coord

@@ -76,6 +76,7 @@ proto::LoadModelRequest BuildLoadModelRequest(const ModelSpec& spec) {
   r.set_block_size(spec.block_size);
   r.set_weight_segment(spec.weight_segment);
   r.set_weight_budget_bytes(spec.weight_budget_bytes);
+  r.set_expert_cache_slots(spec.expert_cache_slots);
   if (spec.uses_cpu_worker()) {
     r.set_data_segment(spec.data_segment);
     r.set_cpu_kv_tokens(spec.cpu_kv_tokens);

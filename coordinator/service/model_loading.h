@@ -48,6 +48,8 @@ struct ModelSpec {
   // Bytes of weights the gpu_worker keeps resident; 0: all (see
   // LoadModelRequest.weight_budget_bytes).
   int64_t weight_budget_bytes = 0;
+  // GPU expert cache slots per MoE layer (LoadModelRequest.expert_cache_slots).
+  int32_t expert_cache_slots = 0;
   absl::Duration attach_timeout = absl::Seconds(60);
 
   bool has_cpu_experts() const;

@@ -357,6 +357,20 @@ void StepDriver::RunStep() {
     return;
   }
   RecordStep(plan, wall, result.step_seconds(), /*ok=*/true);
+  if (result.has_expert_cache()) {
+    const proto::ExpertCacheCounters& c = result.expert_cache();
+    metrics_.expert_cache = {{"activations", c.activations()},
+                             {"hits", c.hits()},
+                             {"misses", c.misses()},
+                             {"loads", c.loads()},
+                             {"admitted", c.admitted()},
+                             {"evictions", c.evictions()},
+                             {"prefetch_issued", c.prefetch_issued()},
+                             {"prefetch_used", c.prefetch_used()},
+                             {"prefetch_wasted", c.prefetch_wasted()},
+                             {"gpu_computed", c.gpu_computed()},
+                             {"cpu_computed", c.cpu_computed()}};
+  }
   ApplyResult(plan, result);
 }
 

@@ -145,7 +145,7 @@ TEST(BenchCliTest, WeightBudgetStreamsLayers) {
   // short of them, three layers stream: the two staging buffers take one
   // FFN's worth more than the layers they serve.
   const double weights = all["model"].value("weight_bytes", 0.0) - 256 * 64 * 2;
-  const double gb = (weights - 0.5 * (3 * 64 * 128 * 2)) / (1 << 30);
+  const double gb = (weights - 0.5 * (3 * 64 * 128 * 2)) / 1e9;
   char flag[64];
   std::snprintf(flag, sizeof(flag), "--gpu-memory-budget %.17g", gb);
   const json j = Bench("dense", flag, 4);

@@ -216,7 +216,7 @@ absl::Status Engine::SetUpStreaming(const EngineOptions& options) {
 }
 
 absl::Status Engine::SetUpExpertCache(const EngineOptions& options) {
-  if (!options.remote_experts.empty() || tp_ != nullptr || pager_ != nullptr) {
+  if (experts_skipped_ || tp_ != nullptr || pager_ != nullptr) {
     return absl::InvalidArgumentError(
         "engine options: the expert cache places the routed experts itself; it does not "
         "combine with remote_experts, tensor parallelism or FFN streaming");

@@ -205,6 +205,10 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
   // The experts the cpu_workers compute are not loaded here.
   eo.remote_experts = remote;
   eo.device = device.make;
+  if (req.expert_cache_slots() < 0) {
+    return absl::InvalidArgumentError("LoadModel: expert_cache_slots must be >= 0");
+  }
+  eo.expert_cache.capacity_per_layer = req.expert_cache_slots();
   const int64_t max_sequences = eo.max_sequences;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
   const absl::Duration attach = absl::Milliseconds(

@@ -107,6 +107,21 @@ absl::StatusOr<proto::StepResult> StepExecutor::Run(const proto::StepPlan& plan)
     }
     if (s.sample()) SampleInto(r.Row(i), s, out);
   }
+  if (const ExpertCache* cache = engine_->expert_cache(); cache != nullptr) {
+    const LayerResidencyStats t = cache->residency().Stats().total;
+    proto::ExpertCacheCounters* c = result.mutable_expert_cache();
+    c->set_activations(t.activations);
+    c->set_hits(t.hits);
+    c->set_misses(t.misses);
+    c->set_loads(t.loads);
+    c->set_admitted(t.admitted);
+    c->set_evictions(t.evictions);
+    c->set_prefetch_issued(t.prefetch_issued);
+    c->set_prefetch_used(t.prefetch_used);
+    c->set_prefetch_wasted(t.prefetch_wasted);
+    c->set_gpu_computed(t.gpu_computed);
+    c->set_cpu_computed(t.cpu_computed);
+  }
   result.set_step_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return result;

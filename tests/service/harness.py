@@ -91,6 +91,16 @@ class Serve:
         except OSError:
             return None
 
+    def get_text(self, path, timeout=10):
+        """Returns (status, body as text); status None if nothing answered."""
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, (e.read() or b"").decode()
+        except OSError:
+            return None, ""
+
     def post(self, path, body, timeout=300):
         """Returns (status, parsed JSON body)."""
         req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),

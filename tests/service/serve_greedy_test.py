@@ -90,6 +90,9 @@ def main():
     if experts:  # CPU attention on the first of two cpu_workers sharing the experts
         placements.append(("cpu-kv+experts-on-2-workers",
                            cpu_kv + ["--cpu-experts", "all", "--cpu-workers", "2"]))
+        # One expert per layer in the gpu_worker's cache; the rest loaded or
+        # computed on its CPU as each step's split decides.
+        placements.append(("expert-cache-1", ["--gpu-expert-cache", "1"]))
     for placement, args in placements:
         serve = Serve(tandem, model, *args, "--max-num-seqs", "8")
         cpu_blocks = CpuBlockWatcher(serve) if placement.startswith("cpu-kv") else None
@@ -118,6 +121,15 @@ def main():
             if placement.startswith("tensor-parallel"):
                 checks.check(f"[{placement}] 2 gpu_workers started",
                              len(serve.child_pids("gpu_worker")) == 2, serve.log())
+            elif placement.startswith("expert-cache"):
+                status, text = serve.get_text("/metrics")
+                counts = {m.group(1): float(m.group(2)) for m in re.finditer(
+                    r'tandem_expert_cache_events\{event="(\w+)"[^}]*\} (\S+)', text)}
+                checks.check(f"[{placement}] /metrics counts the cache's activations, "
+                             f"hits + misses adding up",
+                             status == 200 and counts.get("activations", 0) > 0
+                             and counts.get("hits", -1) + counts.get("misses", -1)
+                             == counts["activations"], str(counts))
             elif placement != "none":
                 want = 3 if "3-workers" in placement else 2 if "2-workers" in placement else 1
                 checks.check(f"[{placement}] {want} cpu_worker(s) started",
