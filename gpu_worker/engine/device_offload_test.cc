@@ -6,6 +6,8 @@
 // Logits must equal the all-local, all-resident host engine's: within f32
 // rounding of a different order of additions for the host kernels, within
 // bf16 rounding on a GPU.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,14 +15,13 @@
 #include <thread>
 #include <vector>
 
-#include <unistd.h>
-
 #include "common/checkpoint.h"
 #include "gpu_worker/engine/attention_offload.h"
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/local_attention_offload.h"
 #include "gpu_worker/engine/local_expert_offload.h"
 #include "gpu_worker/engine/shm_all_reduce.h"
+#include "gpu_worker/engine/testing/engine_test_util.h"
 #include "gpu_worker/engine/testing/separate_memory_device.h"
 #include "gpu_worker/engine/testing/test_devices.h"
 #include "gtest/gtest.h"
@@ -28,24 +29,17 @@
 namespace tandem {
 namespace {
 
-std::unique_ptr<Engine> Load(const std::string& name, EngineOptions o) {
-  auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" + name);
-  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
-  if (!ckpt.ok()) return nullptr;
-  o.max_context = 64;
-  o.max_sequences = 2;
-  auto e = Engine::Create(std::move(*ckpt), o);
-  EXPECT_TRUE(e.ok()) << e.status();
-  return e.ok() ? std::move(*e) : nullptr;
-}
+using testing::MaxRelativeError;
+using testing::OpenTestEngine;
 
 bool Remote(int64_t layer, int64_t e) { return (e + layer) % 2 == 1; }
 
 // Three steps of two sequences, the second with cpu_attention when asked:
 // a prefill of both, then two decode steps. All logits, concatenated.
 std::vector<float> RunSteps(Engine& e, bool cpu_attention) {
-  std::vector<SequenceChunk> batch = {{0, {3, 14, 15, 92, 65, 35, 89}, 0, true},
-                                      {1, {79, 32, 38, 46}, 0, true, cpu_attention}};
+  std::vector<SequenceChunk> batch = {
+      {0, {3, 14, 15, 92, 65, 35, 89}, 0, true},
+      {1, {79, 32, 38, 46}, 0, true, cpu_attention}};
   std::vector<float> all;
   for (int step = 0; step < 3; ++step) {
     auto r = e.Step(batch);
@@ -60,23 +54,13 @@ std::vector<float> RunSteps(Engine& e, bool cpu_attention) {
   return all;
 }
 
-double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0, r = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-    r = std::max(r, std::fabs(static_cast<double>(b[i])));
-  }
-  return d / std::max(r, 1e-30);
-}
-
 class DeviceOffload : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DeviceOffload, HybridStepsMatchTheAllLocalHost) {
   std::string why;
   const std::vector<testing::TestDevice> devices = testing::TestDevices(&why);
   if (!why.empty()) std::printf("no GPU device checked: %s\n", why.c_str());
-  auto host = Load(GetParam(), {});
+  auto host = OpenTestEngine(GetParam(), {});
   ASSERT_NE(host, nullptr);
   const std::vector<float> want = RunSteps(*host, false);
   const ModelConfig& c = host->config();
@@ -89,21 +73,23 @@ TEST_P(DeviceOffload, HybridStepsMatchTheAllLocalHost) {
       o.remote_experts.resize(static_cast<size_t>(c.num_layers));
       for (int64_t l = 0; l < c.num_layers; ++l) {
         for (int32_t e = 0; c.IsMoeLayer(l) && e < c.num_experts; ++e) {
-          if (Remote(l, e)) o.remote_experts[static_cast<size_t>(l)].push_back(e);
+          if (Remote(l, e))
+            o.remote_experts[static_cast<size_t>(l)].push_back(e);
         }
       }
     }
-    auto engine = Load(GetParam(), o);
+    auto engine = OpenTestEngine(GetParam(), o);
     ASSERT_NE(engine, nullptr);
     // The offloads compute from the host engine's weights (a cpu_worker's
     // own copy in a deployment).
     LocalExpertOffload experts(&host->weights(), Remote);
     if (c.num_experts > 0) engine->SetExpertOffload(&experts);
-    auto attention = LocalAttentionOffload::Create(CpuAttentionShapeFor(c, 16, 128));
+    auto attention =
+        LocalAttentionOffload::Create(CpuAttentionShapeFor(c, 16, 128));
     ASSERT_TRUE(attention.ok()) << attention.status();
     engine->SetAttentionOffload(attention->get());
     const std::vector<float> got = RunSteps(*engine, true);
-    EXPECT_LT(RelErr(got, want), testing::IsGpu(d) ? 3e-2 : 1e-5);
+    EXPECT_LT(MaxRelativeError(got, want), testing::IsGpu(d) ? 3e-2 : 1e-5);
     engine.reset();  // before the offloads it points at
   }
 }
@@ -115,7 +101,7 @@ TEST_P(DeviceOffload, StreamedWeightsMatchResidentOnes) {
   std::string why;
   const std::vector<testing::TestDevice> devices = testing::TestDevices(&why);
   if (!why.empty()) std::printf("no GPU device checked: %s\n", why.c_str());
-  auto host = Load(GetParam(), {});
+  auto host = OpenTestEngine(GetParam(), {});
   ASSERT_NE(host, nullptr);
   const std::vector<float> want = RunSteps(*host, false);
   for (const testing::TestDevice& d : devices) {
@@ -123,14 +109,15 @@ TEST_P(DeviceOffload, StreamedWeightsMatchResidentOnes) {
     SCOPED_TRACE(d.name);
     EngineOptions o;
     o.device = d.make;
-    for (int64_t l = 1; l < host->config().num_layers; ++l) o.streamed_ffn_layers.push_back(l);
+    for (int64_t l = 1; l < host->config().num_layers; ++l)
+      o.streamed_ffn_layers.push_back(l);
     o.stream_page_bytes = 4096;  // several pages per matrix
-    auto engine = Load(GetParam(), o);
+    auto engine = OpenTestEngine(GetParam(), o);
     ASSERT_NE(engine, nullptr);
     ASSERT_NE(engine->weight_pager(), nullptr);
     const std::vector<float> got = RunSteps(*engine, false);
     if (testing::IsGpu(d)) {
-      EXPECT_LT(RelErr(got, want), 3e-2);
+      EXPECT_LT(MaxRelativeError(got, want), 3e-2);
     } else {
       EXPECT_EQ(got, want);
     }
@@ -143,7 +130,7 @@ TEST_P(DeviceOffload, StreamedWeightsMatchResidentOnes) {
 // are complete before each all-reduce. Rank 0's logits equal the single
 // host engine's within f32 rounding (the sums run in another order).
 TEST_P(DeviceOffload, TensorParallelRanksMatchOneHostRank) {
-  auto host = Load(GetParam(), {});
+  auto host = OpenTestEngine(GetParam(), {});
   ASSERT_NE(host, nullptr);
   const std::vector<float> want = RunSteps(*host, false);
   if (host->config().qk_norm == QkNorm::kFull) {
@@ -152,12 +139,17 @@ TEST_P(DeviceOffload, TensorParallelRanksMatchOneHostRank) {
     struct TwoRanks : AllReduce {
       int rank() const override { return 0; }
       int size() const override { return 2; }
-      absl::Status Sum(float*, int64_t) override { return absl::InternalError("not reached"); }
+      absl::Status Sum(float*, int64_t) override {
+        return absl::InternalError("not reached");
+      }
     } group;
     EngineOptions o;
-    o.device = [] { return std::unique_ptr<Device>(new testing::SeparateMemoryDevice()); };
+    o.device = [] {
+      return std::unique_ptr<Device>(new testing::SeparateMemoryDevice());
+    };
     o.tensor_parallel = &group;
-    auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" + GetParam());
+    auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" +
+                                 GetParam());
     ASSERT_TRUE(ckpt.ok());
     EXPECT_EQ(Engine::Create(std::move(*ckpt), o).status().code(),
               absl::StatusCode::kUnimplemented);
@@ -171,21 +163,24 @@ TEST_P(DeviceOffload, TensorParallelRanksMatchOneHostRank) {
       auto group = ShmAllReduce::Create(name, r, 2, {});
       ASSERT_TRUE(group.ok()) << group.status();
       EngineOptions o;
-      o.device = [] { return std::unique_ptr<Device>(new testing::SeparateMemoryDevice()); };
+      o.device = [] {
+        return std::unique_ptr<Device>(new testing::SeparateMemoryDevice());
+      };
       o.tensor_parallel = group->get();
-      auto engine = Load(GetParam(), o);
+      auto engine = OpenTestEngine(GetParam(), o);
       ASSERT_NE(engine, nullptr);
       got[static_cast<size_t>(r)] = RunSteps(*engine, false);
     });
   }
   for (std::thread& t : ranks) t.join();
-  EXPECT_LT(RelErr(got[0], want), 1e-5);
+  EXPECT_LT(MaxRelativeError(got[0], want), 1e-5);
   EXPECT_EQ(got[1], got[0]) << "every rank computes the same logits";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DeviceOffload,
-                         ::testing::Values("llama_f32", "qwen2_f32", "mixtral_f32",
-                                           "qwen2_moe_f32", "qwen3_moe_f32", "olmoe_f32"),
+                         ::testing::Values("llama_f32", "qwen2_f32",
+                                           "mixtral_f32", "qwen2_moe_f32",
+                                           "qwen3_moe_f32", "olmoe_f32"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -2,6 +2,8 @@
 // fresh random inputs (the seed is printed on failure), on every device
 // present (testing/test_devices.h): the host device always, each GPU where
 // built with CUDA and visible. One parametrized test over the ops.
+#include "gpu_worker/engine/device.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -16,26 +18,17 @@
 #include "cpu_worker/ops/attention.h"
 #include "cpu_worker/ops/rope.h"
 #include "cpu_worker/ops/router.h"
-#include "gpu_worker/engine/device.h"
 #include "gpu_worker/engine/model_weights.h"
+#include "gpu_worker/engine/testing/engine_test_util.h"
 #include "gpu_worker/engine/testing/test_devices.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
 namespace {
 
-constexpr int64_t kVocab = 50, kHidden = 64, kQ = 96, kKv = 32, kFfn = 128;
+using testing::MaxRelativeError;
 
-// Largest |a - b| over the largest |b|.
-double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0, r = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-    r = std::max(r, std::fabs(static_cast<double>(b[i])));
-  }
-  return d / std::max(r, 1e-30);
-}
+constexpr int64_t kVocab = 50, kHidden = 64, kQ = 96, kKv = 32, kFfn = 128;
 
 // A weight matrix as the test holds it: the values (bf16-rounded where
 // stored as bf16) and the bytes a TensorView points at.
@@ -48,7 +41,8 @@ struct Matrix {
     TensorView t;
     t.dtype = dtype;
     t.shape = {n, k};
-    t.data = dtype == DType::kF32 ? static_cast<const void*>(values.data()) : bf16.data();
+    t.data = dtype == DType::kF32 ? static_cast<const void*>(values.data())
+                                  : bf16.data();
     t.nbytes = n * k * (dtype == DType::kF32 ? 4 : 2);
     return t;
   }
@@ -68,7 +62,8 @@ class DeviceOps : public ::testing::TestWithParam<std::string> {
     down_ = RandomMatrix(kHidden, kFfn, DType::kBF16);
     w_.token_embd = embd_.View();
     w_.output_norm = Random(kHidden);
-    w_.lm_head = ops::LinearWeight::Create(lm_.View(), ops::ComputeType::kF32).value();
+    w_.lm_head =
+        ops::LinearWeight::Create(lm_.View(), ops::ComputeType::kF32).value();
     LayerWeights l;
     l.attn_norm = Random(kHidden);
     l.q = ops::LinearWeight::Create(q_.View(), ops::ComputeType::kBF16).value();
@@ -76,9 +71,14 @@ class DeviceOps : public ::testing::TestWithParam<std::string> {
     l.k = ops::LinearWeight::Create(k_.View(), ops::ComputeType::kF32).value();
     l.v = l.k;
     l.o = l.k;
-    l.mlp.gate = ops::LinearWeight::Create(gate_.View(), ops::ComputeType::kBF16).value();
-    l.mlp.up = ops::LinearWeight::Create(up_.View(), ops::ComputeType::kBF16).value();
-    l.mlp.down = ops::LinearWeight::Create(down_.View(), ops::ComputeType::kBF16).value();
+    l.mlp.gate =
+        ops::LinearWeight::Create(gate_.View(), ops::ComputeType::kBF16)
+            .value();
+    l.mlp.up =
+        ops::LinearWeight::Create(up_.View(), ops::ComputeType::kBF16).value();
+    l.mlp.down =
+        ops::LinearWeight::Create(down_.View(), ops::ComputeType::kBF16)
+            .value();
     l.shared_gate = Random(kHidden);
     w_.layers.push_back(std::move(l));
     inv_freq_ = ops::RopeInvFreq(16, 10000.0f, {});
@@ -132,8 +132,8 @@ class DeviceOps : public ::testing::TestWithParam<std::string> {
   std::vector<DeviceMemory> held_;
 };
 
-std::vector<float> RefLinear(const std::vector<float>& x, int64_t rows, const Matrix& m,
-                             const std::vector<float>* bias) {
+std::vector<float> RefLinear(const std::vector<float>& x, int64_t rows,
+                             const Matrix& m, const std::vector<float>* bias) {
   std::vector<float> y(static_cast<size_t>(rows * m.n));
   ops::ReferenceLinear(x.data(), rows, m.values.data(), m.n, m.k,
                        bias == nullptr ? nullptr : bias->data(), y.data());
@@ -142,7 +142,8 @@ std::vector<float> RefLinear(const std::vector<float>& x, int64_t rows, const Ma
 
 void DeviceOps::Check(Device& d) {
   ASSERT_TRUE(d.Prepare(w_, inv_freq_, {}).ok());
-  EXPECT_EQ(d.Prepare(w_, inv_freq_, {}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(d.Prepare(w_, inv_freq_, {}).code(),
+            absl::StatusCode::kFailedPrecondition);
   const LayerWeights& l = w_.layers[0];
   const std::string op = GetParam();
   const int64_t rows = 7;
@@ -159,25 +160,29 @@ void DeviceOps::Check(Device& d) {
   } else if (op == "RmsNorm") {
     const std::vector<float> x = Random(rows * kHidden, 3.0f);
     float* dx = Put(d, x);
-    ASSERT_TRUE(d.RmsNorm(dx, rows, kHidden, l.attn_norm.data(), 1e-5f, dx).ok());  // in place
+    ASSERT_TRUE(d.RmsNorm(dx, rows, kHidden, l.attn_norm.data(), 1e-5f, dx)
+                    .ok());  // in place
     std::vector<float> ref(x.size());
     for (int64_t r = 0; r < rows; ++r) {
       double ss = 0;
-      for (int64_t i = 0; i < kHidden; ++i) ss += double{x[r * kHidden + i]} * x[r * kHidden + i];
+      for (int64_t i = 0; i < kHidden; ++i)
+        ss += double{x[r * kHidden + i]} * x[r * kHidden + i];
       const double inv = 1.0 / std::sqrt(ss / kHidden + 1e-5);
       for (int64_t i = 0; i < kHidden; ++i) {
-        ref[r * kHidden + i] = static_cast<float>(x[r * kHidden + i] * inv * l.attn_norm[i]);
+        ref[r * kHidden + i] =
+            static_cast<float>(x[r * kHidden + i] * inv * l.attn_norm[i]);
       }
     }
-    EXPECT_LT(RelErr(Get(d, dx, rows * kHidden), ref), 1e-5);
+    EXPECT_LT(MaxRelativeError(Get(d, dx, rows * kHidden), ref), 1e-5);
   } else if (op == "AddScaledZeroAndBias") {
     const std::vector<float> x = Random(1000), y = Random(1000);
     float* dx = Put(d, x);
     float* dy = Put(d, y);
     ASSERT_TRUE(d.AddScaled(dx, -0.375f, 1000, dy).ok());
     std::vector<float> ref(y);
-    for (size_t i = 0; i < ref.size(); ++i) ref[i] = std::fma(-0.375f, x[i], y[i]);
-    EXPECT_LT(RelErr(Get(d, dy, 1000), ref), 1e-6);
+    for (size_t i = 0; i < ref.size(); ++i)
+      ref[i] = std::fma(-0.375f, x[i], y[i]);
+    EXPECT_LT(MaxRelativeError(Get(d, dy, 1000), ref), 1e-6);
     ASSERT_TRUE(d.Zero(dy, 999).ok());
     const std::vector<float> z = Get(d, dy, 1000);
     EXPECT_EQ(std::count(z.begin(), z.end(), 0.0f), 999);
@@ -188,7 +193,7 @@ void DeviceOps::Check(Device& d) {
     ASSERT_TRUE(d.AddBias(l.q_bias.data(), 3, kQ, dr).ok());
     std::vector<float> want(rows3);
     for (size_t i = 0; i < want.size(); ++i) want[i] += l.q_bias[i % kQ];
-    EXPECT_LT(RelErr(Get(d, dr, 3 * kQ), want), 1e-6);
+    EXPECT_LT(MaxRelativeError(Get(d, dr, 3 * kQ), want), 1e-6);
   } else if (op == "Linear") {
     for (int64_t m : {int64_t{1}, int64_t{4}, int64_t{19}}) {
       const std::vector<float> x = Random(m * kHidden);
@@ -196,25 +201,37 @@ void DeviceOps::Check(Device& d) {
       float* y = Put(d, std::vector<float>(m * kQ));
       ASSERT_TRUE(d.Linear(dx, m, l.q, l.q_bias.data(), y).ok());
       // bf16 weights: activations may be rounded to bf16 too.
-      EXPECT_LT(RelErr(Get(d, y, m * kQ), RefLinear(x, m, q_, &l.q_bias)), 1e-2) << m << " rows";
+      EXPECT_LT(
+          MaxRelativeError(Get(d, y, m * kQ), RefLinear(x, m, q_, &l.q_bias)),
+          1e-2)
+          << m << " rows";
       float* y2 = Put(d, std::vector<float>(m * kKv));
       ASSERT_TRUE(d.Linear(dx, m, l.k, nullptr, y2).ok());
-      EXPECT_LT(RelErr(Get(d, y2, m * kKv), RefLinear(x, m, k_, nullptr)), 1e-5) << m << " rows";
+      EXPECT_LT(
+          MaxRelativeError(Get(d, y2, m * kKv), RefLinear(x, m, k_, nullptr)),
+          1e-5)
+          << m << " rows";
     }
     // A weight a copying device (a GPU) was not given is an error, not a
     // crash; the host device computes any weight in place.
-    ops::LinearWeight stranger = ops::LinearWeight::Create(k_.View(), ops::ComputeType::kF32).value();
+    ops::LinearWeight stranger =
+        ops::LinearWeight::Create(k_.View(), ops::ComputeType::kF32).value();
     float* dx = Put(d, Random(kHidden));
     float* y = Put(d, std::vector<float>(kKv));
-    if (d.name().rfind("cuda", 0) == 0) EXPECT_FALSE(d.Linear(dx, 1, stranger, nullptr, y).ok());
+    if (d.name().rfind("cuda", 0) == 0)
+      EXPECT_FALSE(d.Linear(dx, 1, stranger, nullptr, y).ok());
   } else if (op == "Mlp") {
     const std::vector<float> x = Random(rows * kHidden);
     float* dx = Put(d, x);
     float* out = Put(d, std::vector<float>(rows * kHidden));
     ASSERT_TRUE(d.Mlp(l.mlp, dx, rows, out).ok());
-    std::vector<float> g = RefLinear(x, rows, gate_, nullptr), u = RefLinear(x, rows, up_, nullptr);
-    for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-    EXPECT_LT(RelErr(Get(d, out, rows * kHidden), RefLinear(g, rows, down_, nullptr)), 2e-2);
+    std::vector<float> g = RefLinear(x, rows, gate_, nullptr),
+                       u = RefLinear(x, rows, up_, nullptr);
+    for (size_t i = 0; i < g.size(); ++i)
+      g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    EXPECT_LT(MaxRelativeError(Get(d, out, rows * kHidden),
+                               RefLinear(g, rows, down_, nullptr)),
+              2e-2);
   } else if (op == "Rope") {
     for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kInterleaved}) {
       const int64_t heads = 3, head_dim = 16;
@@ -223,8 +240,11 @@ void DeviceOps::Check(Device& d) {
       float* dx = Put(d, x);
       ASSERT_TRUE(d.Rope(dx, rows, heads, head_dim, pos.data(), style).ok());
       std::vector<float> ref(x);
-      ops::ApplyRope(ref.data(), rows, heads, head_dim, pos.data(), inv_freq_, style);
-      EXPECT_LT(RelErr(Get(d, dx, static_cast<int64_t>(x.size())), ref), 1e-5);
+      ops::ApplyRope(ref.data(), rows, heads, head_dim, pos.data(), inv_freq_,
+                     style);
+      EXPECT_LT(
+          MaxRelativeError(Get(d, dx, static_cast<int64_t>(x.size())), ref),
+          1e-5);
     }
   } else if (op == "Attend") {
     // Two sequences in blocks of 4, tables out of order: a prefill step, a
@@ -234,10 +254,12 @@ void DeviceOps::Check(Device& d) {
     auto kmem = d.Allocate(blocks * bs * kvd * 4);
     auto vmem = d.Allocate(blocks * bs * kvd * 4);
     ASSERT_TRUE(kmem.ok() && vmem.ok());
-    ops::PagedKvLayer kv{static_cast<float*>((*kmem)->data()), static_cast<float*>((*vmem)->data()),
-                         bs, kv_heads, hd};
+    ops::PagedKvLayer kv{static_cast<float*>((*kmem)->data()),
+                         static_cast<float*>((*vmem)->data()), bs, kv_heads,
+                         hd};
     const std::vector<std::vector<int32_t>> tables = {{5, 1, 6}, {2, 7, 0}};
-    std::vector<std::vector<float>> ks(2), vs(2);  // each sequence's keys so far
+    std::vector<std::vector<float>> ks(2),
+        vs(2);  // each sequence's keys so far
     const float scale = 0.25f;
     // (sequence, start, n) per step.
     const std::vector<std::vector<std::array<int64_t, 3>>> steps = {
@@ -246,7 +268,8 @@ void DeviceOps::Check(Device& d) {
       int64_t total = 0;
       std::vector<AttentionChunk> chunks;
       for (const auto& c : steps[s]) {
-        chunks.push_back({total, c[2], c[1], &tables[static_cast<size_t>(c[0])]});
+        chunks.push_back(
+            {total, c[2], c[1], &tables[static_cast<size_t>(c[0])]});
         total += c[2];
       }
       const std::vector<float> q = Random(total * qd), k = Random(total * kvd),
@@ -261,13 +284,18 @@ void DeviceOps::Check(Device& d) {
         const AttentionChunk& c = chunks[i];
         auto& sk = ks[static_cast<size_t>(steps[s][i][0])];
         auto& sv = vs[static_cast<size_t>(steps[s][i][0])];
-        sk.insert(sk.end(), k.begin() + c.row * kvd, k.begin() + (c.row + c.n) * kvd);
-        sv.insert(sv.end(), v.begin() + c.row * kvd, v.begin() + (c.row + c.n) * kvd);
+        sk.insert(sk.end(), k.begin() + c.row * kvd,
+                  k.begin() + (c.row + c.n) * kvd);
+        sv.insert(sv.end(), v.begin() + c.row * kvd,
+                  v.begin() + (c.row + c.n) * kvd);
         std::vector<float> ref(static_cast<size_t>(c.n * qd));
-        ops::ReferenceAttention(q.data() + c.row * qd, c.n, heads, sk.data(), sv.data(), kv_heads,
-                                hd, c.start_pos, scale, ref.data());
-        std::vector<float> mine(got.begin() + c.row * qd, got.begin() + (c.row + c.n) * qd);
-        EXPECT_LT(RelErr(mine, ref), 1e-5) << "step " << s << " chunk " << i;
+        ops::ReferenceAttention(q.data() + c.row * qd, c.n, heads, sk.data(),
+                                sv.data(), kv_heads, hd, c.start_pos, scale,
+                                ref.data());
+        std::vector<float> mine(got.begin() + c.row * qd,
+                                got.begin() + (c.row + c.n) * qd);
+        EXPECT_LT(MaxRelativeError(mine, ref), 1e-5)
+            << "step " << s << " chunk " << i;
       }
     }
   } else if (op == "RouteTopK") {
@@ -277,10 +305,13 @@ void DeviceOps::Check(Device& d) {
     for (bool renorm : {false, true}) {
       std::vector<int32_t> ids(rows * k), ref_ids(rows * k);
       std::vector<float> wts(rows * k), ref_w(rows * k);
-      ASSERT_TRUE(d.RouteTopK(dl, rows, experts, k, renorm, ids.data(), wts.data()).ok());
-      ops::RouteTopK(logits.data(), rows, experts, k, renorm, ref_ids.data(), ref_w.data());
+      ASSERT_TRUE(
+          d.RouteTopK(dl, rows, experts, k, renorm, ids.data(), wts.data())
+              .ok());
+      ops::RouteTopK(logits.data(), rows, experts, k, renorm, ref_ids.data(),
+                     ref_w.data());
       EXPECT_EQ(ids, ref_ids);
-      EXPECT_LT(RelErr(wts, ref_w), 1e-5);
+      EXPECT_LT(MaxRelativeError(wts, ref_w), 1e-5);
     }
   } else if (op == "GatherAndScatterRows") {
     const std::vector<float> x = Random(rows * kHidden);
@@ -290,11 +321,13 @@ void DeviceOps::Check(Device& d) {
     ASSERT_TRUE(d.GatherRows(dx, kHidden, pick.data(), 4, g).ok());
     std::vector<float> ref;
     for (int64_t r : pick) {
-      ref.insert(ref.end(), x.begin() + r * kHidden, x.begin() + (r + 1) * kHidden);
+      ref.insert(ref.end(), x.begin() + r * kHidden,
+                 x.begin() + (r + 1) * kHidden);
     }
     EXPECT_EQ(Get(d, g, 4 * kHidden), ref);
     const std::vector<float> scales = {0.5f, -2.0f, 0.125f, 1.0f};
-    ASSERT_TRUE(d.ScatterAddRows(g, kHidden, pick.data(), scales.data(), 4, dx).ok());
+    ASSERT_TRUE(
+        d.ScatterAddRows(g, kHidden, pick.data(), scales.data(), 4, dx).ok());
     std::vector<float> want(x);
     for (size_t i = 0; i < pick.size(); ++i) {
       for (int64_t j = 0; j < kHidden; ++j) {
@@ -302,22 +335,27 @@ void DeviceOps::Check(Device& d) {
         o = std::fma(scales[i], ref[i * kHidden + j], o);
       }
     }
-    EXPECT_LT(RelErr(Get(d, dx, rows * kHidden), want), 1e-6);
+    EXPECT_LT(MaxRelativeError(Get(d, dx, rows * kHidden), want), 1e-6);
   } else if (op == "SigmoidGateAdd") {
-    const std::vector<float> x = Random(rows * kHidden), h = Random(rows * kHidden),
+    const std::vector<float> x = Random(rows * kHidden),
+                             h = Random(rows * kHidden),
                              o = Random(rows * kHidden);
     float* dx = Put(d, x);
     float* dh = Put(d, h);
     float* dout = Put(d, o);
-    ASSERT_TRUE(d.SigmoidGateAdd(dx, dh, l.shared_gate.data(), rows, kHidden, dout).ok());
+    ASSERT_TRUE(
+        d.SigmoidGateAdd(dx, dh, l.shared_gate.data(), rows, kHidden, dout)
+            .ok());
     std::vector<float> ref(o);
     for (int64_t t = 0; t < rows; ++t) {
       double dot = 0;
-      for (int64_t i = 0; i < kHidden; ++i) dot += double{h[t * kHidden + i]} * l.shared_gate[i];
+      for (int64_t i = 0; i < kHidden; ++i)
+        dot += double{h[t * kHidden + i]} * l.shared_gate[i];
       const double g = 1.0 / (1.0 + std::exp(-dot));
-      for (int64_t i = 0; i < kHidden; ++i) ref[t * kHidden + i] += g * x[t * kHidden + i];
+      for (int64_t i = 0; i < kHidden; ++i)
+        ref[t * kHidden + i] += g * x[t * kHidden + i];
     }
-    EXPECT_LT(RelErr(Get(d, dout, rows * kHidden), ref), 1e-5);
+    EXPECT_LT(MaxRelativeError(Get(d, dout, rows * kHidden), ref), 1e-5);
   } else {
     FAIL() << "no check for op " << op;
   }
@@ -337,9 +375,11 @@ TEST_P(DeviceOps, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, DeviceOps,
-                         ::testing::Values("Embedding", "RmsNorm", "AddScaledZeroAndBias", "Linear",
+                         ::testing::Values("Embedding", "RmsNorm",
+                                           "AddScaledZeroAndBias", "Linear",
                                            "Mlp", "Rope", "Attend", "RouteTopK",
-                                           "GatherAndScatterRows", "SigmoidGateAdd"),
+                                           "GatherAndScatterRows",
+                                           "SigmoidGateAdd"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

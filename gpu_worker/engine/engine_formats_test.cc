@@ -13,6 +13,7 @@
 #include "common/testing/tiny_models.h"
 #include "cpu_worker/ops/rope.h"
 #include "gpu_worker/engine/engine.h"
+#include "gpu_worker/engine/testing/engine_test_util.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -21,7 +22,8 @@ namespace {
 using testing::GgufTensorOptions;
 using testing::HfTensorOptions;
 
-std::vector<float> AllLogits(const std::string& path, const std::vector<int32_t>& prompt) {
+std::vector<float> AllLogits(const std::string& path,
+                             const std::vector<int32_t>& prompt) {
   auto ckpt = Checkpoint::Open(path);
   EXPECT_TRUE(ckpt.ok()) << ckpt.status();
   if (!ckpt.ok()) return {};
@@ -36,16 +38,6 @@ std::vector<float> AllLogits(const std::string& path, const std::vector<int32_t>
   auto r = (*engine)->Step({chunk});
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? r->logits : std::vector<float>{};
-}
-
-double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, ref = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-    ref = std::max(ref, std::fabs(static_cast<double>(b[i])));
-  }
-  return diff / std::max(ref, 1e-30);
 }
 
 class EngineFormats : public ::testing::TestWithParam<Arch> {
@@ -73,20 +65,23 @@ TEST_P(EngineFormats, GgufAndHuggingFaceLayoutsAgree) {
   HfTensorOptions hf;
   hf.dtype = DType::kF32;
   const std::string hf_dir = dir_ + "/hf";
-  ASSERT_TRUE(testing::WriteHfDirectory(hf_dir, testing::HfConfigJson(config_),
-                                        testing::ToHfTensors(config_, canonical_, hf))
-                  .ok());
+  ASSERT_TRUE(
+      testing::WriteHfDirectory(hf_dir, testing::HfConfigJson(config_),
+                                testing::ToHfTensors(config_, canonical_, hf))
+          .ok());
   GgufTensorOptions gg;
   gg.matrix_dtype = DType::kF32;
   gg.embedding_dtype = DType::kF32;
-  gg.permute_qk = config_.arch == Arch::kLlama || config_.arch == Arch::kMixtral;
+  gg.permute_qk =
+      config_.arch == Arch::kLlama || config_.arch == Arch::kMixtral;
   const std::string gguf = dir_ + "/model.gguf";
-  ASSERT_TRUE(testing::WriteGguf(gguf, testing::GgufMetadataFor(config_),
-                                 testing::ToGgufTensors(config_, canonical_, gg))
-                  .ok());
+  ASSERT_TRUE(
+      testing::WriteGguf(gguf, testing::GgufMetadataFor(config_),
+                         testing::ToGgufTensors(config_, canonical_, gg))
+          .ok());
   const auto a = AllLogits(hf_dir, prompt_);
   const auto b = AllLogits(gguf, prompt_);
-  EXPECT_LT(RelativeError(b, a), 1e-5) << "seed " << seed_;
+  EXPECT_LT(testing::MaxRelativeError(b, a), 1e-5) << "seed " << seed_;
 }
 
 // Quantized GGUF weights compute as exactly their dequantized values.
@@ -98,20 +93,30 @@ TEST_P(EngineFormats, QuantizedGgufComputesAsDequantized) {
     auto quantized = testing::ToGgufTensors(config_, canonical_, gq);
     std::vector<testing::TestTensor> dequantized;
     for (const auto& t : quantized) {
-      dequantized.push_back(testing::TestTensor::FromF32(t.name, t.shape, t.ToF32()));
+      dequantized.push_back(
+          testing::TestTensor::FromF32(t.name, t.shape, t.ToF32()));
     }
     const std::string qpath = dir_ + "/q.gguf", fpath = dir_ + "/f.gguf";
-    ASSERT_TRUE(testing::WriteGguf(qpath, testing::GgufMetadataFor(config_), quantized).ok());
-    ASSERT_TRUE(testing::WriteGguf(fpath, testing::GgufMetadataFor(config_), dequantized).ok());
-    EXPECT_LT(RelativeError(AllLogits(qpath, prompt_), AllLogits(fpath, prompt_)), 1e-6)
+    ASSERT_TRUE(
+        testing::WriteGguf(qpath, testing::GgufMetadataFor(config_), quantized)
+            .ok());
+    ASSERT_TRUE(testing::WriteGguf(fpath, testing::GgufMetadataFor(config_),
+                                   dequantized)
+                    .ok());
+    EXPECT_LT(testing::MaxRelativeError(AllLogits(qpath, prompt_),
+                                        AllLogits(fpath, prompt_)),
+              1e-6)
         << DTypeName(q) << " seed " << seed_;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineFormats,
-                         ::testing::Values(Arch::kLlama, Arch::kQwen2, Arch::kMixtral,
-                                           Arch::kQwen2Moe, Arch::kQwen3Moe, Arch::kOlmoe),
-                         [](const auto& info) { return std::string(ArchName(info.param)); });
+                         ::testing::Values(Arch::kLlama, Arch::kQwen2,
+                                           Arch::kMixtral, Arch::kQwen2Moe,
+                                           Arch::kQwen3Moe, Arch::kOlmoe),
+                         [](const auto& info) {
+                           return std::string(ArchName(info.param));
+                         });
 
 class EngineFormatsMoe : public EngineFormats {};
 
@@ -121,20 +126,25 @@ TEST_P(EngineFormatsMoe, FusedExpertTensorsAgreeWithPerExpert) {
   per.dtype = DType::kF32;
   HfTensorOptions fused = per;
   fused.fused_experts = true;
-  ASSERT_TRUE(testing::WriteHfDirectory(dir_ + "/a", testing::HfConfigJson(config_),
-                                        testing::ToHfTensors(config_, canonical_, per))
+  ASSERT_TRUE(
+      testing::WriteHfDirectory(dir_ + "/a", testing::HfConfigJson(config_),
+                                testing::ToHfTensors(config_, canonical_, per))
+          .ok());
+  ASSERT_TRUE(testing::WriteHfDirectory(
+                  dir_ + "/b", testing::HfConfigJson(config_),
+                  testing::ToHfTensors(config_, canonical_, fused))
                   .ok());
-  ASSERT_TRUE(testing::WriteHfDirectory(dir_ + "/b", testing::HfConfigJson(config_),
-                                        testing::ToHfTensors(config_, canonical_, fused))
-                  .ok());
-  EXPECT_LT(RelativeError(AllLogits(dir_ + "/b", prompt_), AllLogits(dir_ + "/a", prompt_)),
+  EXPECT_LT(testing::MaxRelativeError(AllLogits(dir_ + "/b", prompt_),
+                                      AllLogits(dir_ + "/a", prompt_)),
             1e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(MoeArchitectures, EngineFormatsMoe,
-                         ::testing::Values(Arch::kMixtral, Arch::kQwen2Moe, Arch::kQwen3Moe,
-                                           Arch::kOlmoe),
-                         [](const auto& info) { return std::string(ArchName(info.param)); });
+                         ::testing::Values(Arch::kMixtral, Arch::kQwen2Moe,
+                                           Arch::kQwen3Moe, Arch::kOlmoe),
+                         [](const auto& info) {
+                           return std::string(ArchName(info.param));
+                         });
 
 // Llama-3.x GGUF files express llama3 RoPE scaling as a rope_freqs tensor of
 // per-dimension frequency divisors (llama.cpp's convention) rather than
@@ -157,8 +167,10 @@ TEST(EngineFormatsRope, Llama3RopeFreqsTensorEqualsHfRopeScaling) {
   // The GGUF has no scaling metadata, only the divisors.
   ModelConfig plain = c;
   plain.rope_scaling = RopeScaling{};
-  const auto base = ops::RopeInvFreq(c.head_dim, c.rope_theta, plain.rope_scaling);
-  const auto scaled = ops::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling);
+  const auto base =
+      ops::RopeInvFreq(c.head_dim, c.rope_theta, plain.rope_scaling);
+  const auto scaled =
+      ops::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling);
   std::vector<float> divisors(base.size());
   for (size_t i = 0; i < base.size(); ++i) divisors[i] = base[i] / scaled[i];
   GgufTensorOptions gg;
@@ -167,16 +179,25 @@ TEST(EngineFormatsRope, Llama3RopeFreqsTensorEqualsHfRopeScaling) {
   auto tensors = testing::ToGgufTensors(plain, canonical, gg);
   tensors.push_back(testing::TestTensor::FromF32(
       "rope_freqs.weight", {static_cast<int64_t>(divisors.size())}, divisors));
-  ASSERT_TRUE(testing::WriteGguf(dir + "/m.gguf", testing::GgufMetadataFor(plain), tensors).ok());
-  ASSERT_TRUE(testing::WriteGguf(dir + "/plain.gguf", testing::GgufMetadataFor(plain),
+  ASSERT_TRUE(testing::WriteGguf(dir + "/m.gguf",
+                                 testing::GgufMetadataFor(plain), tensors)
+                  .ok());
+  ASSERT_TRUE(testing::WriteGguf(dir + "/plain.gguf",
+                                 testing::GgufMetadataFor(plain),
                                  testing::ToGgufTensors(plain, canonical, gg))
                   .ok());
   std::vector<int32_t> prompt;
-  for (int i = 0; i < 40; ++i) prompt.push_back(static_cast<int32_t>((i * 7 + seed) % c.vocab_size));
+  for (int i = 0; i < 40; ++i)
+    prompt.push_back(static_cast<int32_t>((i * 7 + seed) % c.vocab_size));
   const auto want = AllLogits(dir + "/hf", prompt);
-  EXPECT_LT(RelativeError(AllLogits(dir + "/m.gguf", prompt), want), 1e-5) << "seed " << seed;
+  EXPECT_LT(testing::MaxRelativeError(AllLogits(dir + "/m.gguf", prompt), want),
+            1e-5)
+      << "seed " << seed;
   // Without the divisors the logits differ: the scaling matters here.
-  EXPECT_GT(RelativeError(AllLogits(dir + "/plain.gguf", prompt), want), 1e-3) << "seed " << seed;
+  EXPECT_GT(
+      testing::MaxRelativeError(AllLogits(dir + "/plain.gguf", prompt), want),
+      1e-3)
+      << "seed " << seed;
   testing::RemoveTree(dir);
 }
 

@@ -14,27 +14,21 @@
 #include "common/checkpoint.h"
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/local_expert_offload.h"
+#include "gpu_worker/engine/testing/engine_test_util.h"
 #include "gpu_worker/engine/testing/test_devices.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
 namespace {
 
-std::unique_ptr<Engine> Load(const std::string& name, EngineOptions o) {
-  auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" + name);
-  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
-  if (!ckpt.ok()) return nullptr;
-  o.max_context = 64;
-  o.max_sequences = 2;
-  auto e = Engine::Create(std::move(*ckpt), o);
-  EXPECT_TRUE(e.ok()) << e.status();
-  return e.ok() ? std::move(*e) : nullptr;
-}
+using testing::MaxRelativeError;
+using testing::OpenTestEngine;
 
 // A prefill of two sequences, then decode steps: all logits, concatenated.
 std::vector<float> RunSteps(Engine& e, int decode_steps) {
-  std::vector<SequenceChunk> batch = {{0, {3, 14, 15, 92, 65, 35, 89, 79}, 0, true},
-                                      {1, {32, 38, 46, 26, 43}, 0, true}};
+  std::vector<SequenceChunk> batch = {
+      {0, {3, 14, 15, 92, 65, 35, 89, 79}, 0, true},
+      {1, {32, 38, 46, 26, 43}, 0, true}};
   std::vector<float> all;
   for (int step = 0; step <= decode_steps; ++step) {
     auto r = e.Step(batch);
@@ -52,23 +46,13 @@ std::vector<float> RunSteps(Engine& e, int decode_steps) {
   return all;
 }
 
-double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0, r = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-    r = std::max(r, std::fabs(static_cast<double>(b[i])));
-  }
-  return d / std::max(r, 1e-30);
-}
-
 class ExpertCacheEngine : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExpertCacheEngine, LogitsMatchTheResidentEngineAndCountersAddUp) {
   std::string why;
   const std::vector<testing::TestDevice> devices = testing::TestDevices(&why);
   if (!why.empty()) std::printf("no GPU device checked: %s\n", why.c_str());
-  auto host = Load(GetParam(), {});
+  auto host = OpenTestEngine(GetParam(), {});
   ASSERT_NE(host, nullptr);
   const std::vector<float> want = RunSteps(*host, 6);
   const ModelConfig& c = host->config();
@@ -79,24 +63,29 @@ TEST_P(ExpertCacheEngine, LogitsMatchTheResidentEngineAndCountersAddUp) {
       o.device = d.make;
       o.expert_cache.capacity_per_layer = capacity;
       o.expert_cache.prefetch_budget = 1;
-      auto engine = Load(GetParam(), o);
+      auto engine = OpenTestEngine(GetParam(), o);
       ASSERT_NE(engine, nullptr);
       ASSERT_NE(engine->expert_cache(), nullptr);
       // Twice: the second pass starts from a warm cache.
       for (int pass = 0; pass < 2; ++pass) {
         const std::vector<float> got = RunSteps(*engine, 6);
-        EXPECT_LT(RelErr(got, want), testing::IsGpu(d) ? 3e-2 : 1e-5) << "pass " << pass;
+        EXPECT_LT(MaxRelativeError(got, want), testing::IsGpu(d) ? 3e-2 : 1e-5)
+            << "pass " << pass;
       }
-      const ExpertResidencyStats st = engine->expert_cache()->residency().Stats();
+      const ExpertResidencyStats st =
+          engine->expert_cache()->residency().Stats();
       const LayerResidencyStats& t = st.total;
       EXPECT_GT(t.activations, 0);
       EXPECT_EQ(t.hits + t.misses, t.activations);
       EXPECT_EQ(t.gpu_computed + t.cpu_computed, t.activations);
       EXPECT_LE(t.admitted, t.loads);
-      EXPECT_GT(t.gpu_computed, 0) << "the cost model sends experts to the device";
+      EXPECT_GT(t.gpu_computed, 0)
+          << "the cost model sends experts to the device";
       for (int64_t l = 0; l < c.num_layers; ++l) {
-        EXPECT_LE(static_cast<int>(engine->expert_cache()->residency().Resident(
-                      static_cast<int>(l)).size()),
+        EXPECT_LE(static_cast<int>(engine->expert_cache()
+                                       ->residency()
+                                       .Resident(static_cast<int>(l))
+                                       .size()),
                   capacity);
       }
     }
@@ -106,39 +95,47 @@ TEST_P(ExpertCacheEngine, LogitsMatchTheResidentEngineAndCountersAddUp) {
 // The CPU's share goes to the offload the engine is given (it must compute
 // any expert), with the same logits.
 TEST_P(ExpertCacheEngine, TheCpuShareGoesToTheGivenOffload) {
-  auto host = Load(GetParam(), {});
+  auto host = OpenTestEngine(GetParam(), {});
   ASSERT_NE(host, nullptr);
   const std::vector<float> want = RunSteps(*host, 4);
   EngineOptions o;
   o.expert_cache.capacity_per_layer = 1;
   // CPU compute as fast as the GPU's: the split sends some experts there.
-  o.expert_cache.costs.gpu_compute_s = [](int64_t t) { return 1e-4 * static_cast<double>(t); };
-  o.expert_cache.costs.cpu_compute_s = [](int64_t t) { return 1e-4 * static_cast<double>(t); };
+  o.expert_cache.costs.gpu_compute_s = [](int64_t t) {
+    return 1e-4 * static_cast<double>(t);
+  };
+  o.expert_cache.costs.cpu_compute_s = [](int64_t t) {
+    return 1e-4 * static_cast<double>(t);
+  };
   o.expert_cache.costs.transfer_s = 1e-3;
-  auto engine = Load(GetParam(), o);
+  auto engine = OpenTestEngine(GetParam(), o);
   ASSERT_NE(engine, nullptr);
   int64_t asked = 0;
   struct Counting : LocalExpertOffload {
     Counting(const ModelWeights* w, int64_t* n)
         : LocalExpertOffload(w, [](int64_t, int64_t) { return true; }), n_(n) {}
-    absl::Status Submit(int64_t layer, const std::vector<ExpertJob>& jobs) override {
+    absl::Status Submit(int64_t layer,
+                        const std::vector<ExpertJob>& jobs) override {
       *n_ += static_cast<int64_t>(jobs.size());
       return LocalExpertOffload::Submit(layer, jobs);
     }
     int64_t* n_;
   } offload(&host->weights(), &asked);
   engine->SetExpertOffload(&offload);
-  EXPECT_LT(RelErr(RunSteps(*engine, 4), want), 1e-5);
-  const LayerResidencyStats t = engine->expert_cache()->residency().Stats().total;
+  EXPECT_LT(MaxRelativeError(RunSteps(*engine, 4), want), 1e-5);
+  const LayerResidencyStats t =
+      engine->expert_cache()->residency().Stats().total;
   EXPECT_GT(t.cpu_computed, 0);
   EXPECT_EQ(asked, t.cpu_computed);
-  engine->SetExpertOffload(nullptr);  // back to the engine's own, before `offload` goes
-  EXPECT_LT(RelErr(RunSteps(*engine, 4), want), 1e-5);
+  engine->SetExpertOffload(
+      nullptr);  // back to the engine's own, before `offload` goes
+  EXPECT_LT(MaxRelativeError(RunSteps(*engine, 4), want), 1e-5);
 }
 
 TEST(ExpertCacheOptionsTest, BadCombinationsAreRefused) {
   auto open = [](EngineOptions o) {
-    auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/mixtral_f32");
+    auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) +
+                                 "/models/mixtral_f32");
     EXPECT_TRUE(ckpt.ok());
     return Engine::Create(std::move(*ckpt), o).status().code();
   };
@@ -151,7 +148,8 @@ TEST(ExpertCacheOptionsTest, BadCombinationsAreRefused) {
   o.remote_experts.clear();
   o.streamed_ffn_layers = {1};
   EXPECT_EQ(open(o), absl::StatusCode::kInvalidArgument);
-  auto dense = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/llama_f32");
+  auto dense =
+      Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/llama_f32");
   ASSERT_TRUE(dense.ok());
   EngineOptions d;
   d.expert_cache.capacity_per_layer = 1;
@@ -160,8 +158,9 @@ TEST(ExpertCacheOptionsTest, BadCombinationsAreRefused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MoeModels, ExpertCacheEngine,
-                         ::testing::Values("mixtral_f32", "qwen2_moe_f32", "qwen3_moe_f32",
-                                           "olmoe_f32", "mixtral_bf16"),
+                         ::testing::Values("mixtral_f32", "qwen2_moe_f32",
+                                           "qwen3_moe_f32", "olmoe_f32",
+                                           "mixtral_bf16"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

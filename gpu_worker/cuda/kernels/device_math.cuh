@@ -3,6 +3,8 @@
 #ifndef TANDEM_GPU_WORKER_CUDA_KERNELS_DEVICE_MATH_CUH_
 #define TANDEM_GPU_WORKER_CUDA_KERNELS_DEVICE_MATH_CUH_
 
+#include <cstdint>
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -44,6 +46,13 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   const int warps = (blockDim.x + 31) >> 5;
   v = lane < warps ? scratch[lane] : 0.0f;
   return WarpSum(v);
+}
+
+// Blocks of `threads` for a grid-stride loop over n elements: enough to
+// cover them, at most 65535 (the loop covers the rest), at least one.
+inline unsigned GridStrideBlocks(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
 }
 
 }  // namespace tandem::cuda

@@ -7,11 +7,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned Blocks(int64_t n) {
-  // Grid-stride loops cover the rest; 65535 * 256 elements per pass.
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
-}
+unsigned Blocks(int64_t n) { return GridStrideBlocks(n, kThreads); }
 
 template <typename Tin, typename Tout>
 __global__ void EmbeddingKernel(const Tin* __restrict__ table, int64_t vocab, int64_t hidden,

@@ -7,10 +7,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned Blocks(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
-}
+unsigned Blocks(int64_t n) { return GridStrideBlocks(n, kThreads); }
 
 __global__ void AddScaledKernel(const float* __restrict__ x, float scale, int64_t n,
                                 float* __restrict__ y) {
