@@ -6,6 +6,7 @@
 
 #ifdef TANDEM_HAVE_CUDA_DEVICE
 #include "gpu_worker/cuda/cuda_device.h"
+#include "gpu_worker/cuda/cuda_profile.h"
 #include "gpu_worker/cuda/device_info.h"
 #endif
 #ifdef TANDEM_HAVE_NCCL
@@ -46,6 +47,13 @@ absl::StatusOr<WorkerDevice> WorkerDeviceFor(const std::string& spec) {
   if (spec == "host") return d;
   auto ordinal = CudaOrdinal(spec);
   if (!ordinal.ok()) return ordinal.status();
+#ifdef TANDEM_HAVE_CUDA_DEVICE
+  d.measure = [ordinal = *ordinal](HardwareProfile* hw) {
+    cuda::CudaProfileOptions po;
+    po.device = ordinal;
+    return cuda::MeasureCudaProfile(po, hw);
+  };
+#endif
 #ifdef TANDEM_HAVE_NCCL
   d.new_group_id = [] { return cuda::NewNcclGroupId(); };
   d.join_group = [ordinal = *ordinal](const std::string& id, int rank, int size)

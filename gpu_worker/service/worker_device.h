@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/hardware_profile.h"
 #include "gpu_worker/engine/all_reduce.h"
 #include "gpu_worker/engine/device.h"
 
@@ -27,6 +28,9 @@ struct WorkerDevice {
   std::function<absl::StatusOr<std::unique_ptr<AllReduce>>(const std::string& group_id, int rank,
                                                            int size)>
       join_group;
+  // Measures the device's side of the hardware profile (gpu and link).
+  // Null: the worker measures the host device (its CPU kernels).
+  std::function<absl::Status(HardwareProfile*)> measure;
 };
 
 }  // namespace tandem

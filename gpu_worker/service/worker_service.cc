@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/shm/shm_segment.h"
+#include "common/status_macros.h"
 #include "gpu_worker/service/host_profiler.h"
 #include "gpu_worker/service/model_loader.h"
 #include "proto/grpc_status.h"
@@ -52,7 +53,17 @@ absl::StatusOr<proto::StepResult> WorkerService::DoStep(const proto::StepPlan& p
 
 absl::StatusOr<proto::ProfileResponse> WorkerService::DoProfile() {
   absl::MutexLock lock(&mu_);  // never measure while a step competes for the cores
-  return ProfileHostDevice();
+  if (device_.measure == nullptr) return ProfileHostDevice();
+  // The device's own figures: its memory, its GEMMs, the link to it.
+  HardwareProfile hw;
+  TANDEM_RETURN_IF_ERROR(device_.measure(&hw));
+  proto::ProfileResponse r;
+  r.set_read_bandwidth_gbs(hw.gpu.memory_bandwidth / 1e9);
+  r.set_gemm_gflops_bf16(hw.gpu.bf16_flops / 1e9);
+  r.set_gemm_gflops_f32(hw.gpu.f32_flops / 1e9);
+  r.set_h2d_bandwidth_gbs(hw.link.h2d_bandwidth / 1e9);
+  r.set_launch_overhead_us(hw.gpu.launch_overhead_s * 1e6);
+  return r;
 }
 
 void WorkerService::DoDrain() {

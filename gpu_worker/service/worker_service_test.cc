@@ -268,6 +268,35 @@ TEST_F(WorkerOverGrpc, NewTensorParallelGroupIsTheDevicesToMake) {
   EXPECT_EQ(ask(2, &id), grpc::StatusCode::INTERNAL);
 }
 
+// A device that measures itself (a GPU) answers Profile with its own
+// figures: its memory bandwidth, its GEMMs, the link to it.
+TEST_F(WorkerOverGrpc, ProfileReportsTheDevicesOwnFigures) {
+  WorkerDevice gpu_like;
+  gpu_like.measure = [](HardwareProfile* hw) {
+    hw->gpu.count = 1;
+    hw->gpu.memory_bandwidth = 3.0e12;
+    hw->gpu.bf16_flops = 700e12;
+    hw->gpu.f32_flops = 50e12;
+    hw->gpu.launch_overhead_s = 4e-6;
+    hw->link.h2d_bandwidth = 55e9;
+    return absl::OkStatus();
+  };
+  service_.SetDevice(gpu_like);
+  grpc::ClientContext ctx;
+  proto::ProfileResponse p;
+  ASSERT_TRUE(stub_->Profile(&ctx, proto::ProfileRequest(), &p).ok());
+  EXPECT_DOUBLE_EQ(p.read_bandwidth_gbs(), 3000);
+  EXPECT_DOUBLE_EQ(p.gemm_gflops_bf16(), 700e3);
+  EXPECT_DOUBLE_EQ(p.gemm_gflops_f32(), 50e3);
+  EXPECT_DOUBLE_EQ(p.h2d_bandwidth_gbs(), 55);
+  EXPECT_DOUBLE_EQ(p.launch_overhead_us(), 4);
+  gpu_like.measure = [](HardwareProfile*) { return absl::UnavailableError("GPU fell off"); };
+  service_.SetDevice(gpu_like);
+  grpc::ClientContext ctx2;
+  EXPECT_EQ(stub_->Profile(&ctx2, proto::ProfileRequest(), &p).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+}
+
 TEST_F(WorkerOverGrpc, ProfileMeasuresTheHost) {
   grpc::ClientContext ctx;
   proto::ProfileResponse p;
