@@ -85,6 +85,9 @@ absl::StatusOr<DeviceMemory> CudaDevice::Allocate(size_t bytes) {
   TANDEM_RETURN_IF_ERROR(Use());
   TANDEM_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(std::max<size_t>(bytes, 1)));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.data(), 0, b.size(), stream_.get()));
+  // Waited for: the copy engine's stream may write the memory next (weight
+  // staging, expert slots), and must not be overtaken by the zeroing.
+  TANDEM_RETURN_IF_ERROR(stream_.Synchronize());
   return DeviceMemory(new CudaAllocation(std::move(b), bytes, stream_.get()));
 }
 
