@@ -184,11 +184,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
     return absl::InvalidArgumentError(absl::StrCat("--gpu-expert-cache ", o.gpu_expert_cache,
                                                    " of ", cfg.num_experts, " experts per layer"));
   }
-  if (o.gpu_expert_cache > 0 && (o.cpu_experts != "none" || o.tensor_parallel > 1 ||
-                                 o.gpu_memory_budget_gb > 0)) {
+  if (o.gpu_expert_cache > 0 &&
+      ((o.cpu_experts != "none" && o.cpu_experts != "all") || o.tensor_parallel > 1 ||
+       o.gpu_memory_budget_gb > 0)) {
     return absl::InvalidArgumentError(
-        "--gpu-expert-cache places the routed experts itself: it does not combine with "
-        "--cpu-experts, --tensor-parallel or --gpu-memory-budget");
+        "--gpu-expert-cache places the routed experts itself: it combines with --cpu-experts "
+        "all (the cpu_workers then compute the CPU's share) but not with a fixed placement, "
+        "--tensor-parallel or --gpu-memory-budget");
   }
   dc.model.expert_cache_slots = o.gpu_expert_cache;
   dc.tensor_parallel = o.tensor_parallel;

@@ -132,6 +132,23 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
   TANDEM_ASSIGN_OR_RETURN(auto remote, RemoteExperts(req, c));
   const bool any_remote =
       std::any_of(remote.begin(), remote.end(), [](const auto& l) { return !l.empty(); });
+  if (req.expert_cache_slots() < 0) {
+    return absl::InvalidArgumentError("LoadModel: expert_cache_slots must be >= 0");
+  }
+  // The expert cache copies the device's share in from its host copies and
+  // gives the cpu_workers, which must then hold every expert, whichever
+  // the step's split puts on the CPU.
+  if (req.expert_cache_slots() > 0 && any_remote) {
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      if (c.IsMoeLayer(l) &&
+          static_cast<int64_t>(remote[static_cast<size_t>(l)].size()) != c.num_experts) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "LoadModel: with expert_cache_slots the cpu_workers must hold every expert; "
+            "cpu_placement gives layer ", l, " ", remote[static_cast<size_t>(l)].size(), " of ",
+            c.num_experts));
+      }
+    }
+  }
 
   LoadedModel m;
   const auto& tp = req.tensor_parallel();
@@ -202,12 +219,10 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
     ao.slot_count = 2;
     TANDEM_ASSIGN_OR_RETURN(m.attention, ShmAttentionOffload::Create(ao));
   }
-  // The experts the cpu_workers compute are not loaded here.
-  eo.remote_experts = remote;
+  // The experts the cpu_workers compute are not loaded here, but with the
+  // expert cache every expert keeps its host copy here (checked above).
+  if (req.expert_cache_slots() == 0) eo.remote_experts = remote;
   eo.device = device.make;
-  if (req.expert_cache_slots() < 0) {
-    return absl::InvalidArgumentError("LoadModel: expert_cache_slots must be >= 0");
-  }
   eo.expert_cache.capacity_per_layer = req.expert_cache_slots();
   const int64_t max_sequences = eo.max_sequences;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));

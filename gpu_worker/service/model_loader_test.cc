@@ -71,5 +71,27 @@ TEST(ModelLoaderPlacement, StreamedLayersReachTheEngineAndKeepTheTokens) {
   EXPECT_EQ(LoadModelForWorker(bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The expert cache loads with its CPU share in process, or on cpu_workers
+// only if they hold every expert; a partial placement is refused before
+// any ring is made.
+TEST(ModelLoaderPlacement, TheExpertCacheNeedsEveryExpertOnTheCpuWorkers) {
+  auto resident = LoadModelForWorker(Request("qwen2_moe_f32"));
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  const std::vector<int32_t> want = Greedy(*resident->executor);
+  proto::LoadModelRequest cached = Request("qwen2_moe_f32");
+  cached.set_expert_cache_slots(1);
+  auto m = LoadModelForWorker(cached);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_NE(m->executor->engine().expert_cache(), nullptr);
+  EXPECT_EQ(Greedy(*m->executor), want);
+
+  proto::LoadModelRequest partial = cached;
+  partial.set_data_segment("/tandem-loader-test-never-made");
+  for (int l = 0; l < 3; ++l) partial.mutable_cpu_placement()->add_experts()->add_experts(0);
+  EXPECT_EQ(LoadModelForWorker(partial).status().code(), absl::StatusCode::kInvalidArgument);
+  cached.set_expert_cache_slots(-1);
+  EXPECT_EQ(LoadModelForWorker(cached).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace tandem

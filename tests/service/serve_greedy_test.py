@@ -93,6 +93,9 @@ def main():
         # One expert per layer in the gpu_worker's cache; the rest loaded or
         # computed on its CPU as each step's split decides.
         placements.append(("expert-cache-1", ["--gpu-expert-cache", "1"]))
+        # The same with the CPU's share on a cpu_worker holding every expert.
+        placements.append(("expert-cache-1+cpu-worker",
+                           ["--gpu-expert-cache", "1", "--cpu-experts", "all"]))
     for placement, args in placements:
         serve = Serve(tandem, model, *args, "--max-num-seqs", "8")
         cpu_blocks = CpuBlockWatcher(serve) if placement.startswith("cpu-kv") else None
@@ -121,16 +124,19 @@ def main():
             if placement.startswith("tensor-parallel"):
                 checks.check(f"[{placement}] 2 gpu_workers started",
                              len(serve.child_pids("gpu_worker")) == 2, serve.log())
-            elif placement.startswith("expert-cache"):
+            if placement.startswith("expert-cache"):
                 status, text = serve.get_text("/metrics")
                 counts = {m.group(1): float(m.group(2)) for m in re.finditer(
                     r'tandem_expert_cache_events\{event="(\w+)"[^}]*\} (\S+)', text)}
                 checks.check(f"[{placement}] /metrics counts the cache's activations, "
-                             f"hits + misses adding up",
+                             f"hits + misses adding up, some computed on the CPU",
                              status == 200 and counts.get("activations", 0) > 0
                              and counts.get("hits", -1) + counts.get("misses", -1)
-                             == counts["activations"], str(counts))
-            elif placement != "none":
+                             == counts["activations"] and counts.get("cpu_computed", 0) > 0,
+                             str(counts))
+            no_cpu_worker = (placement in ("none", "expert-cache-1")
+                             or placement.startswith("tensor-parallel"))
+            if not no_cpu_worker:
                 want = 3 if "3-workers" in placement else 2 if "2-workers" in placement else 1
                 checks.check(f"[{placement}] {want} cpu_worker(s) started",
                              len(serve.child_pids("cpu_worker")) == want, serve.log())
