@@ -102,6 +102,11 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                   "score cache, Klotski prefetch); the rest stay in host memory and each step "
                   "splits the activated ones between the device and the CPU (0: off)")
       ->capture_default_str();
+  cmd->add_option("--cpu-ffn-fraction", o.cpu_ffn_fraction,
+                  "Fraction of every dense MLP's intermediate rows the gpu_worker computes on "
+                  "its CPU while the device computes the rest (ScheInfer's CC part; whole blocks "
+                  "of 32 rows; 0: none)")
+      ->capture_default_str();
   cmd->add_option("--gpu-memory-budget", o.gpu_memory_budget_gb,
                   "GB of weights the gpu_worker keeps resident; the FFN weights of the layers "
                   "past it are streamed from host memory before use (0: all resident)")
@@ -193,6 +198,21 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
         "--tensor-parallel or --gpu-memory-budget");
   }
   dc.model.expert_cache_slots = o.gpu_expert_cache;
+  if (!(o.cpu_ffn_fraction >= 0 && o.cpu_ffn_fraction < 1)) {
+    return absl::InvalidArgumentError("--cpu-ffn-fraction must be in [0, 1)");
+  }
+  if (o.cpu_ffn_fraction > 0) {
+    if (o.tensor_parallel > 1) {
+      return absl::InvalidArgumentError("--cpu-ffn-fraction does not combine with --tensor-parallel");
+    }
+    // Whole blocks of 32 rows (GGUF blocks split only there), per dense layer.
+    const int64_t rows =
+        static_cast<int64_t>(o.cpu_ffn_fraction * static_cast<double>(cfg.intermediate_size)) /
+        32 * 32;
+    for (int64_t l = 0; l < cfg.num_layers; ++l) {
+      dc.model.cpu_ffn_rows.push_back(cfg.IsMoeLayer(l) ? 0 : rows);
+    }
+  }
   dc.tensor_parallel = o.tensor_parallel;
   if (o.tensor_parallel > 1) {
     // Names of the ranks' all-reduce groups (one per load attempt).

@@ -50,6 +50,9 @@ struct ModelSpec {
   int64_t weight_budget_bytes = 0;
   // GPU expert cache slots per MoE layer (LoadModelRequest.expert_cache_slots).
   int32_t expert_cache_slots = 0;
+  // Dense MLP rows per layer computed on the gpu_worker's CPU
+  // (LoadModelRequest.cpu_ffn_rows).
+  std::vector<int64_t> cpu_ffn_rows;
   absl::Duration attach_timeout = absl::Seconds(60);
 
   bool has_cpu_experts() const;

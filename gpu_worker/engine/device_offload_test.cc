@@ -177,6 +177,58 @@ TEST_P(DeviceOffload, TensorParallelRanksMatchOneHostRank) {
   EXPECT_EQ(got[1], got[0]) << "every rank computes the same logits";
 }
 
+// ScheInfer's CC part: half of every dense MLP's intermediate rows on the
+// CPU (on its own thread while a device with its own memory runs the
+// rest), alone and with the device's half streamed (CG); logits equal the
+// whole-MLP engine's within f32 rounding (the down projection is summed in
+// two parts). A mixture-of-experts layer is refused: its experts go to the
+// CPU whole.
+TEST_P(DeviceOffload, CpuRowsOfDenseMlpsMatchTheWholeMlp) {
+  std::string why;
+  const std::vector<testing::TestDevice> devices = testing::TestDevices(&why);
+  auto host = OpenTestEngine(GetParam(), {});
+  ASSERT_NE(host, nullptr);
+  const ModelConfig& c = host->config();
+  const int64_t half = std::max<int64_t>(32, c.intermediate_size / 2 / 32 * 32);
+  std::vector<int64_t> rows(static_cast<size_t>(c.num_layers), half);
+  if (c.is_moe()) {
+    auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" + GetParam());
+    ASSERT_TRUE(ckpt.ok());
+    EngineOptions o;
+    o.cpu_ffn_rows = rows;
+    EXPECT_EQ(Engine::Create(std::move(*ckpt), o).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    return;
+  }
+  const std::vector<float> want = RunSteps(*host, false);
+  for (const testing::TestDevice& d : devices) {
+    for (bool streamed : {false, true}) {
+      SCOPED_TRACE(d.name + (streamed ? " streamed" : ""));
+      EngineOptions o;
+      o.device = d.make;
+      o.cpu_ffn_rows = rows;
+      if (streamed) {
+        for (int64_t l = 1; l < c.num_layers; ++l) o.streamed_ffn_layers.push_back(l);
+      }
+      auto engine = OpenTestEngine(GetParam(), o);
+      ASSERT_NE(engine, nullptr);
+      ASSERT_EQ(engine->weights().layers[0].mlp_cpu.gate.rows(), half);
+      EXPECT_LT(MaxRelativeError(RunSteps(*engine, false), want),
+                testing::IsGpu(d) ? 3e-2 : 1e-5);
+    }
+  }
+  // Rows out of range are refused.
+  for (int64_t bad : {int64_t{-1}, c.intermediate_size}) {
+    auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" + GetParam());
+    ASSERT_TRUE(ckpt.ok());
+    EngineOptions o;
+    o.cpu_ffn_rows = {bad};
+    EXPECT_EQ(Engine::Create(std::move(*ckpt), o).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, DeviceOffload,
                          ::testing::Values("llama_f32", "qwen2_f32",
                                            "mixtral_f32", "qwen2_moe_f32",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -75,8 +76,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
       e->experts_skipped_ = true;
     }
   }
-  TANDEM_ASSIGN_OR_RETURN(e->weights_,
-                          ModelWeights::Load(*ckpt, options.compute, tp, options.remote_experts));
+  TANDEM_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Load(*ckpt, options.compute, tp,
+                                                         options.remote_experts,
+                                                         options.cpu_ffn_rows));
   e->max_context_ = options.max_context > 0 ? options.max_context
                                             : std::min<int64_t>(c.max_position, 8192);
   // Sliding-window attention equals full attention while a sequence fits in
@@ -104,6 +106,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
   for (size_t l = 0; e->pager_ != nullptr && l < e->weights_.layers.size(); ++l) {
     if (!e->pager_->IsStreamed(static_cast<int64_t>(l))) continue;
     for (const ops::LinearWeight* w : FfnMatrices(e->weights_.layers[l])) streamed.push_back(w);
+  }
+  // The CPU's MLP rows stay in host memory.
+  for (const LayerWeights& l : e->weights_.layers) {
+    if (l.mlp_cpu.gate.rows() == 0) continue;
+    for (const ops::LinearWeight* w : {&l.mlp_cpu.gate, &l.mlp_cpu.up, &l.mlp_cpu.down}) {
+      streamed.push_back(w);
+    }
   }
   if (options.expert_cache.capacity_per_layer > 0) {
     TANDEM_RETURN_IF_ERROR(e->SetUpExpertCache(options));
@@ -159,6 +168,7 @@ LayerWeights StagedFfn(const LayerWeights& lw, const std::vector<const void*>& a
   };
   if (!lw.moe) {
     s.mlp = stage(lw.mlp);
+    s.mlp_cpu = lw.mlp_cpu;  // never staged: the CPU reads it where it is
     return s;
   }
   s.experts.reserve(lw.experts.size());
@@ -264,7 +274,31 @@ absl::Status Engine::StartStreaming(const std::vector<int64_t>& streamed, int64_
 
 absl::Status Engine::Ffn(int64_t l, const LayerWeights& lw, int64_t rows) {
   if (lw.moe) return Moe(l, lw, rows);
+  if (lw.mlp_cpu.gate.rows() > 0) return SplitMlp(lw, rows);
   return dev_->Mlp(lw.mlp, h_.data(), rows, out_.data());
+}
+
+absl::Status Engine::SplitMlp(const LayerWeights& lw, int64_t rows) {
+  const int64_t n = rows * config().hidden_size;
+  GrowHost(cc_out_, n);
+  if (dev_->host_memory()) {
+    // One set of cores: the parts one after the other.
+    TANDEM_RETURN_IF_ERROR(dev_->Mlp(lw.mlp, h_.data(), rows, out_.data()));
+    ops::RunMlp(lw.mlp_cpu, h_.data(), rows, cc_out_.data(), cc_scratch_);
+    return dev_->AddScaled(cc_out_.data(), 1.0f, n, out_.data());
+  }
+  GrowHost(cc_in_, n);
+  TANDEM_RETURN_IF_ERROR(
+      dev_->CopyToHost(h_.data(), static_cast<size_t>(n) * sizeof(float), cc_in_.data()));
+  // The CPU's rows on a thread while the device's ops are queued and run.
+  std::thread cpu([&] { ops::RunMlp(lw.mlp_cpu, cc_in_.data(), rows, cc_out_.data(), cc_scratch_); });
+  const absl::Status device = dev_->Mlp(lw.mlp, h_.data(), rows, out_.data());
+  cpu.join();
+  TANDEM_RETURN_IF_ERROR(device);
+  TANDEM_RETURN_IF_ERROR(Grow(cc_dev_, n));
+  TANDEM_RETURN_IF_ERROR(dev_->CopyToDevice(cc_out_.data(), static_cast<size_t>(n) * sizeof(float),
+                                            cc_dev_.data()));
+  return dev_->AddScaled(cc_dev_.data(), 1.0f, n, out_.data());
 }
 
 int64_t Engine::SequenceLength(int64_t seq_id) const {

@@ -63,6 +63,11 @@ struct EngineOptions {
   // are not loaded here (a cpu_worker holds them). Steps then need an
   // offload that claims exactly these (FailedPrecondition otherwise).
   std::vector<std::vector<int32_t>> remote_experts;
+  // ScheInfer's CC part: per layer, the last intermediate rows of a dense
+  // MLP computed on the CPU (from host memory, on a thread of this process
+  // while the device computes the rest; the partial outputs are summed).
+  // Empty or 0: the whole MLP on the device. Single rank only.
+  std::vector<int64_t> cpu_ffn_rows;
   // The GPU expert cache (expert_cache.h; capacity 0: off): routed experts
   // stay in host memory, `capacity_per_layer` of each layer's live in
   // device slots chosen by HybriMoE's score cache and Klotski's prefetch,
@@ -157,6 +162,8 @@ class Engine {
                               int64_t page_bytes);
   // The FFN of layer `l`, computed from `lw` (reads h_, writes out_).
   absl::Status Ffn(int64_t l, const LayerWeights& lw, int64_t rows);
+  // A dense MLP split between the device and the CPU (lw.mlp_cpu).
+  absl::Status SplitMlp(const LayerWeights& lw, int64_t rows);
   // Sums a row-parallel layer's partial output out_[rows, hidden] over the
   // tensor-parallel ranks (a no-op on one rank).
   absl::Status ReduceOut(int64_t rows);
@@ -219,6 +226,10 @@ class Engine {
   std::vector<AttentionJob> attn_jobs_;  // this layer's cpu_attention sequences
   std::vector<AttentionChunk> chunks_;   // this layer's local sequences
   std::vector<float> attn_host_;  // cpu_attention rows' q, k, v, out off such a device
+  std::vector<float> cc_in_;      // [T, hidden] h_ on the host, for the CPU's MLP rows
+  std::vector<float> cc_out_;     // [T, hidden] their partial output
+  ops::MlpScratch cc_scratch_;
+  Scratch cc_dev_;                // [T, hidden] that output on a device of its own memory
   std::vector<float> sumsq_;          // [T] ShardedFullNorm's row statistics
 };
 

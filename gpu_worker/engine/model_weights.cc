@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/quant.h"
@@ -95,6 +96,35 @@ class ShardLoader {
     TANDEM_ASSIGN_OR_RETURN(TensorView d, ckpt_.Tensor(p + "ffn_down" + suffix));
     return Mlp(g, u, d);
   }
+  // A dense MLP split along its intermediate dimension at `device_rows`:
+  // rows [0, device_rows) for the device, the rest for the CPU.
+  absl::StatusOr<std::pair<MlpWeights, MlpWeights>> SplitDenseMlp(int64_t layer,
+                                                                  int64_t cpu_rows) const {
+    const std::string p = absl::StrCat("blk.", layer, ".");
+    TANDEM_ASSIGN_OR_RETURN(TensorView g, ckpt_.Tensor(p + "ffn_gate.weight"));
+    TANDEM_ASSIGN_OR_RETURN(TensorView u, ckpt_.Tensor(p + "ffn_up.weight"));
+    TANDEM_ASSIGN_OR_RETURN(TensorView d, ckpt_.Tensor(p + "ffn_down.weight"));
+    const int64_t ffn = g.rank() == 2 ? g.dim(0) : 0;
+    if (sharded() || cpu_rows <= 0 || cpu_rows >= ffn) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer ", layer, ": ", cpu_rows, " of ", ffn, " MLP rows on the CPU (0 < rows < ",
+          ffn, ", one rank)"));
+    }
+    const int64_t n = ffn - cpu_rows;
+    auto part = [&](int64_t begin, int64_t count) -> absl::StatusOr<MlpWeights> {
+      MlpWeights m;
+      TANDEM_ASSIGN_OR_RETURN(TensorView gs, SliceRows(g, begin, count));
+      TANDEM_ASSIGN_OR_RETURN(TensorView us, SliceRows(u, begin, count));
+      TANDEM_ASSIGN_OR_RETURN(TensorView ds, SliceCols(d, begin, count, storage_));
+      TANDEM_ASSIGN_OR_RETURN(m.gate, ops::LinearWeight::Create(gs, prefer_));
+      TANDEM_ASSIGN_OR_RETURN(m.up, ops::LinearWeight::Create(us, prefer_));
+      TANDEM_ASSIGN_OR_RETURN(m.down, ops::LinearWeight::Create(ds, prefer_));
+      return m;
+    };
+    TANDEM_ASSIGN_OR_RETURN(MlpWeights device, part(0, n));
+    TANDEM_ASSIGN_OR_RETURN(MlpWeights cpu, part(n, cpu_rows));
+    return std::make_pair(std::move(device), std::move(cpu));
+  }
   absl::StatusOr<MlpWeights> ExpertMlp(int64_t layer, int64_t expert) const {
     const std::string p = absl::StrCat("blk.", layer, ".");
     TANDEM_ASSIGN_OR_RETURN(TensorView g, ckpt_.ExpertTensor(p + "ffn_gate_exps", expert));
@@ -113,7 +143,7 @@ class ShardLoader {
 };
 
 absl::StatusOr<LayerWeights> LoadLayer(const ShardLoader& ld, int64_t i,
-                                       const std::vector<int32_t>& skip) {
+                                       const std::vector<int32_t>& skip, int64_t cpu_ffn_rows) {
   const Checkpoint& ckpt = ld.ckpt();
   const ModelConfig& c = ckpt.config();
   const AttentionShard a = ShardAttention(c, ld.tp());
@@ -150,9 +180,19 @@ absl::StatusOr<LayerWeights> LoadLayer(const ShardLoader& ld, int64_t i,
   TANDEM_ASSIGN_OR_RETURN(l.ffn_norm, LoadVector(ckpt, p + "ffn_norm.weight", c.hidden_size));
 
   l.moe = c.IsMoeLayer(i);
+  if (!l.moe && cpu_ffn_rows > 0) {
+    TANDEM_ASSIGN_OR_RETURN(auto parts, ld.SplitDenseMlp(i, cpu_ffn_rows));
+    l.mlp = std::move(parts.first);
+    l.mlp_cpu = std::move(parts.second);
+    return l;
+  }
   if (!l.moe) {
     TANDEM_ASSIGN_OR_RETURN(l.mlp, ld.DenseMlp(i, ".weight"));
     return l;
+  }
+  if (cpu_ffn_rows > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer ", i, " is a mixture of experts: its experts go to the CPU whole, not in rows"));
   }
   // The router decides discrete routes: keep it in f32 whatever the GEMM
   // dtype, and whole on every rank so that every rank routes alike.
@@ -179,7 +219,8 @@ absl::StatusOr<LayerWeights> LoadLayer(const ShardLoader& ld, int64_t i,
 
 absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, ops::ComputeType prefer,
                                                const TensorParallel& tp,
-                                               const std::vector<std::vector<int32_t>>& skip_experts) {
+                                               const std::vector<std::vector<int32_t>>& skip_experts,
+                                               const std::vector<int64_t>& cpu_ffn_rows) {
   const ModelConfig& c = ckpt.config();
   TANDEM_RETURN_IF_ERROR(CheckTensorParallel(c, tp));
   ModelWeights w;
@@ -194,7 +235,12 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, ops::Com
     static const std::vector<int32_t> kNone;
     const std::vector<int32_t>& skip =
         static_cast<size_t>(i) < skip_experts.size() ? skip_experts[static_cast<size_t>(i)] : kNone;
-    TANDEM_ASSIGN_OR_RETURN(LayerWeights l, LoadLayer(loader, i, skip));
+    const int64_t cc =
+        static_cast<size_t>(i) < cpu_ffn_rows.size() ? cpu_ffn_rows[static_cast<size_t>(i)] : 0;
+    if (cc < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", i, ": ", cc, " MLP rows on the CPU"));
+    }
+    TANDEM_ASSIGN_OR_RETURN(LayerWeights l, LoadLayer(loader, i, skip, cc));
     w.layers.push_back(std::move(l));
   }
   return w;

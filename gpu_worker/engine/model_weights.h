@@ -28,7 +28,12 @@ struct LayerWeights {
   std::vector<float> ffn_norm;   // [hidden]
 
   bool moe = false;
-  MlpWeights mlp;                // dense layers
+  MlpWeights mlp;                // dense layers (the device's part when split)
+  // ScheInfer's CC part of a dense MLP: its last intermediate rows (gate
+  // and up rows, down columns), computed on the CPU from host memory while
+  // the device computes `mlp`, the partial outputs summed. Empty (rows()
+  // == 0) unless the layer is split.
+  MlpWeights mlp_cpu;
   ops::LinearWeight router;      // [experts, hidden], always f32
   std::vector<MlpWeights> experts;
   bool has_shared_expert = false;
@@ -52,9 +57,13 @@ struct ModelWeights {
   // everything else is whole.
   // Routed experts listed in `skip_experts` (per layer) are left empty
   // (rows() == 0): another process computes them.
+  // `cpu_ffn_rows[l]` > 0 splits dense layer l's MLP: that many of its
+  // last intermediate rows go to mlp_cpu (a multiple of 32 for GGUF
+  // blocks, less than the intermediate size; single rank only).
   static absl::StatusOr<ModelWeights> Load(const Checkpoint& ckpt, ops::ComputeType prefer,
                                            const TensorParallel& tp = {},
-                                           const std::vector<std::vector<int32_t>>& skip_experts = {});
+                                           const std::vector<std::vector<int32_t>>& skip_experts = {},
+                                           const std::vector<int64_t>& cpu_ffn_rows = {});
 };
 
 }  // namespace tandem
