@@ -2,7 +2,7 @@
 // rank is loaded with the group's communicator id and stepped in lockstep;
 // an incomplete group serves nothing; a rank failing alone loses (and
 // reloads) the whole group; bad configurations are refused.
-#include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,16 +23,14 @@ class StepDriverTensorParallelTest : public testing::DriverFixture {
     c.tp_group_prefix = "/tandem-test-tp";
     return c;
   }
-  // `group_id`, if given, is what the worker answers NewTensorParallelGroup
-  // (set before it registers, so before the group can form).
-  testing::FakeWorkerServer* AddRank(int32_t rank,
-                                     std::optional<absl::StatusOr<std::string>> group_id = {}) {
+  // `setup` runs on the worker before it registers, so before its group
+  // can form and load.
+  testing::FakeWorkerServer* AddRank(
+      int32_t rank, const std::function<void(testing::FakeWorker&)>& setup = {}) {
     auto w = testing::FakeWorkerServer::Start({kVocab});
     EXPECT_NE(w, nullptr);
     if (w == nullptr) return nullptr;
-    if (group_id.has_value()) {
-      w->worker().SetGroupId(group_id->ok() ? **group_id : "", group_id->status());
-    }
+    if (setup) setup(w->worker());
     EXPECT_TRUE(w->RegisterWith(registry_address_, rank).ok());
     workers_.push_back(std::move(w));
     return workers_.back().get();
@@ -81,8 +79,10 @@ TEST_F(StepDriverTensorParallelTest, RankZerosDeviceNamesTheGroup) {
   StartCoordinator(TpConfig(2));
   const std::string nccl_id("\x00\x01\xfe\xff nccl", 10);
   // Rank 1 would answer too, but only rank 0 is asked.
-  testing::FakeWorkerServer* r1 = AddRank(1, std::string("rank 1 is not asked"));
-  testing::FakeWorkerServer* r0 = AddRank(0, nccl_id);
+  testing::FakeWorkerServer* r1 =
+      AddRank(1, [](testing::FakeWorker& w) { w.SetGroupId("rank 1 is not asked"); });
+  testing::FakeWorkerServer* r0 =
+      AddRank(0, [&](testing::FakeWorker& w) { w.SetGroupId(nccl_id); });
   const std::vector<int32_t> prompt = Prompt(4, 50);
   const int64_t id = Submit(prompt, Greedy(6));
   ASSERT_TRUE(events_.WaitDone(id));
@@ -98,8 +98,9 @@ TEST_F(StepDriverTensorParallelTest, RankZerosDeviceNamesTheGroup) {
 // coordinator's name (the rank's device then reports what it lacks).
 TEST_F(StepDriverTensorParallelTest, AFailedGroupIdFallsBackToTheCoordinatorsName) {
   StartCoordinator(TpConfig(2));
-  testing::FakeWorkerServer* r0 =
-      AddRank(0, absl::StatusOr<std::string>(absl::InternalError("ncclGetUniqueId failed")));
+  testing::FakeWorkerServer* r0 = AddRank(0, [](testing::FakeWorker& w) {
+    w.SetGroupId("", absl::InternalError("ncclGetUniqueId failed"));
+  });
   testing::FakeWorkerServer* r1 = AddRank(1);
   ASSERT_TRUE(WaitReady());
   EXPECT_EQ(r0->worker().group_id_calls(), 1);
@@ -173,10 +174,11 @@ TEST_F(StepDriverTensorParallelTest, ABadPlanOnEveryRankFailsOnlyItsRequests) {
 
 TEST_F(StepDriverTensorParallelTest, ARankThatCannotLoadCancelsTheOthersAndIsReported) {
   StartCoordinator(TpConfig(2));
-  testing::FakeWorkerServer* r0 = AddRank(0);
-  r0->worker().HoldLoads(true);  // rank 0 would wait for its peer forever
-  testing::FakeWorkerServer* r1 = AddRank(1);
-  r1->worker().FailLoads(1, absl::InvalidArgumentError("model does not split over 2 ranks"));
+  // Rank 0 would wait for its peer forever.
+  AddRank(0, [](testing::FakeWorker& w) { w.HoldLoads(true); });
+  AddRank(1, [](testing::FakeWorker& w) {
+    w.FailLoads(1, absl::InvalidArgumentError("model does not split over 2 ranks"));
+  });
   const auto start = absl::Now();
   const int64_t id = Submit(Prompt(5, 100), Greedy(4));
   ASSERT_TRUE(events_.WaitDone(id));
