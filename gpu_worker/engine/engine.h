@@ -151,7 +151,15 @@ class Engine {
   // Moves a sequence that holds no tokens yet to the chunk's placement.
   void Place(const SequenceChunk& s);
   absl::Status Attention(int64_t layer, const std::vector<SequenceChunk>& batch);
+  // The MoE step (engine_moe.cc): reads h_, writes out_.
+  struct MoeRoute;
   absl::Status Moe(int64_t layer, const LayerWeights& l, int64_t rows);
+  // Routes the tokens and places each activated expert.
+  absl::Status RouteMoe(int64_t layer, const LayerWeights& lw, int64_t rows, MoeRoute& route);
+  absl::Status SubmitRemoteExperts(int64_t layer, MoeRoute& route);
+  absl::Status RunLocalExperts(int64_t layer, const LayerWeights& lw, int64_t rows,
+                               const MoeRoute& route);
+  absl::Status CollectRemoteExperts(int64_t layer, const MoeRoute& route);
   // Picks the layers whose FFN weights are streamed under
   // options.weight_budget_bytes and sets up the pager.
   absl::Status SetUpStreaming(const EngineOptions& options);

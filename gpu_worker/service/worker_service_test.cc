@@ -335,12 +335,13 @@ void ServeExperts(const std::string& model, const std::string& prefix,
   (*server)->SetOnFirstRequest([s = store->get()] { (void)s->Unlink(); });
   absl::StatusOr<std::unique_ptr<shm::SlotRing>> req, rep;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  // The gpu_worker makes the two rings one after the other: wait for each.
   do {
-    req = shm::SlotRing::Open(prefix + "-req", shm::RingRole::kConsumer);
-    if (!req.ok()) absl::SleepFor(absl::Milliseconds(10));
-  } while (!req.ok() && absl::Now() < deadline && !stop.load());
+    if (!req.ok()) req = shm::SlotRing::Open(prefix + "-req", shm::RingRole::kConsumer);
+    if (req.ok()) rep = shm::SlotRing::Open(prefix + "-rep", shm::RingRole::kProducer);
+    if (!req.ok() || !rep.ok()) absl::SleepFor(absl::Milliseconds(10));
+  } while ((!req.ok() || !rep.ok()) && absl::Now() < deadline && !stop.load());
   if (!req.ok()) return void(*result = req.status());
-  rep = shm::SlotRing::Open(prefix + "-rep", shm::RingRole::kProducer);
   if (!rep.ok()) return void(*result = rep.status());
   *result = (*server)->Serve(**req, **rep, stop);
 }
