@@ -111,7 +111,6 @@ absl::StatusOr<std::string> NewTensorParallelGroupId(const std::string& address,
   req.set_size(size);
   proto::NewTensorParallelGroupResponse resp;
   const grpc::Status s = stub->NewTensorParallelGroup(&ctx, req, &resp);
-  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) return std::string();
   if (!s.ok()) {
     return FromGrpcStatus(s, absl::StrCat("NewTensorParallelGroup on gpu_worker at ", address));
   }

@@ -73,8 +73,7 @@ std::shared_ptr<grpc::Channel> MakeWorkerChannel(const std::string& address);
 
 // Asks the gpu_worker at `address` (rank 0 of a group of `size`) for the
 // group's communicator id: empty when its device leaves the naming to the
-// coordinator, or when the worker predates the call (UNIMPLEMENTED). Other
-// failures, and no answer within 30 s, are errors.
+// coordinator. A failed call, or no answer within 30 s, is an error.
 absl::StatusOr<std::string> NewTensorParallelGroupId(const std::string& address, int32_t size);
 
 // One LoadModel call in flight. Thread-safe.

@@ -376,11 +376,8 @@ grpc::Status FakeWorker::NewTensorParallelGroup(grpc::ServerContext*,
                                                 proto::NewTensorParallelGroupResponse* resp) {
   absl::MutexLock l(&mu_);
   ++group_id_calls_;
-  if (!group_id_.has_value()) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "not implemented");
-  }
   if (!group_id_status_.ok()) return ToGrpcStatus(group_id_status_);
-  resp->set_group_id(*group_id_);
+  resp->set_group_id(group_id_);
   return grpc::Status::OK;
 }
 

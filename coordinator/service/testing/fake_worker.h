@@ -16,7 +16,6 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,8 +44,8 @@ class FakeWorker final : public proto::Worker::Service {
                     proto::StepResult* result) override;
   grpc::Status Drain(grpc::ServerContext* ctx, const proto::DrainRequest* req,
                      proto::DrainResponse* resp) override;
-  // UNIMPLEMENTED (a host-device worker of before the call) unless
-  // SetGroupId gave an answer.
+  // An empty id (a host-device worker: the coordinator names the group)
+  // unless SetGroupId gave another answer.
   grpc::Status NewTensorParallelGroup(grpc::ServerContext* ctx,
                                       const proto::NewTensorParallelGroupRequest* req,
                                       proto::NewTensorParallelGroupResponse* resp) override;
@@ -117,7 +116,7 @@ class FakeWorker final : public proto::Worker::Service {
   absl::Duration step_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   bool hold_ ABSL_GUARDED_BY(mu_) = false;
   bool hold_loads_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<std::string> group_id_ ABSL_GUARDED_BY(mu_);
+  std::string group_id_ ABSL_GUARDED_BY(mu_);
   absl::Status group_id_status_ ABSL_GUARDED_BY(mu_);
   int64_t group_id_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
