@@ -57,9 +57,7 @@ std::vector<float> RunSteps(Engine& e, bool cpu_attention) {
 class DeviceOffload : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DeviceOffload, HybridStepsMatchTheAllLocalHost) {
-  std::string why;
-  const std::vector<testing::TestDevice> devices = testing::TestDevices(&why);
-  if (!why.empty()) std::printf("no GPU device checked: %s\n", why.c_str());
+  const std::vector<testing::TestDevice> devices = testing::TestDevicesNoting();
   auto host = OpenTestEngine(GetParam(), {});
   ASSERT_NE(host, nullptr);
   const std::vector<float> want = RunSteps(*host, false);
@@ -98,9 +96,7 @@ TEST_P(DeviceOffload, HybridStepsMatchTheAllLocalHost) {
 // staging buffers (the CG part) gives the resident engine's logits: to the
 // bit with the host kernels, within bf16 rounding on a GPU.
 TEST_P(DeviceOffload, StreamedWeightsMatchResidentOnes) {
-  std::string why;
-  const std::vector<testing::TestDevice> devices = testing::TestDevices(&why);
-  if (!why.empty()) std::printf("no GPU device checked: %s\n", why.c_str());
+  const std::vector<testing::TestDevice> devices = testing::TestDevicesNoting();
   auto host = OpenTestEngine(GetParam(), {});
   ASSERT_NE(host, nullptr);
   const std::vector<float> want = RunSteps(*host, false);
@@ -184,8 +180,7 @@ TEST_P(DeviceOffload, TensorParallelRanksMatchOneHostRank) {
 // two parts). A mixture-of-experts layer is refused: its experts go to the
 // CPU whole.
 TEST_P(DeviceOffload, CpuRowsOfDenseMlpsMatchTheWholeMlp) {
-  std::string why;
-  const std::vector<testing::TestDevice> devices = testing::TestDevices(&why);
+  const std::vector<testing::TestDevice> devices = testing::TestDevicesNoting();
   auto host = OpenTestEngine(GetParam(), {});
   ASSERT_NE(host, nullptr);
   const ModelConfig& c = host->config();

@@ -362,8 +362,7 @@ void DeviceOps::Check(Device& d) {
 }
 
 TEST_P(DeviceOps, MatchesReference) {
-  std::string why;
-  for (const testing::TestDevice& td : testing::TestDevices(&why)) {
+  for (const testing::TestDevice& td : testing::TestDevicesNoting()) {
     SCOPED_TRACE(absl::StrCat(td.name, " seed ", seed_));
     auto d = td.make();
     ASSERT_TRUE(d.ok()) << d.status();
@@ -371,7 +370,6 @@ TEST_P(DeviceOps, MatchesReference) {
     Check(**d);
     held_.clear();
   }
-  if (!why.empty()) std::printf("no GPU device checked: %s\n", why.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, DeviceOps,

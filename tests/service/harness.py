@@ -83,13 +83,7 @@ class Serve:
             lines.append(line.rstrip("\n"))
 
     def status(self, path):
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=5) as r:
-                return r.status
-        except urllib.error.HTTPError as e:
-            return e.code
-        except OSError:
-            return None
+        return self.get_text(path, timeout=5)[0]
 
     def get_text(self, path, timeout=10):
         """Returns (status, body as text); status None if nothing answered."""

@@ -4,6 +4,7 @@
 #ifndef TANDEM_GPU_WORKER_ENGINE_TESTING_TEST_DEVICES_H_
 #define TANDEM_GPU_WORKER_ENGINE_TESTING_TEST_DEVICES_H_
 
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,6 +23,15 @@ struct TestDevice {
 // Host first. `why_no_gpu`, if given, says why no GPU device is listed
 // (empty if one is).
 std::vector<TestDevice> TestDevices(std::string* why_no_gpu = nullptr);
+
+// TestDevices(), saying on stdout why no GPU is among them when none is
+// (so a log shows which devices a passing test covered).
+inline std::vector<TestDevice> TestDevicesNoting() {
+  std::string why;
+  std::vector<TestDevice> d = TestDevices(&why);
+  if (!why.empty()) std::printf("no GPU device checked: %s\n", why.c_str());
+  return d;
+}
 
 // True for a device whose results match the host's only within bf16
 // rounding (a GPU); the host ones match to the bit or to f32 rounding.
