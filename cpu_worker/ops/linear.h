@@ -10,7 +10,10 @@
 // Decode-sized batches (internal::SmallBatchMaxRows) take a kernel that
 // streams the in-place weight once, since oneDNN 2.6 repacks an in-place
 // [N, K] weight on every call; it multiplies f32 activations by the exactly
-// widened weights. Larger bf16 batches round activations to bf16 and run on
+// widened weights. Where AMX is usable (amx_linear.h), bf16 batches of 2 to
+// 32 rows with K a multiple of 32 take the AMX kernel instead, which also
+// reads the weight in place (activations rounded to bf16; Bf16UsesAmxKernel
+// says when). Larger bf16 batches round activations to bf16 and run on
 // oneDNN's AVX512-BF16/AMX kernels (f32 accumulation either way): up to
 // internal::kWeightAsSrcMaxRows rows on AMX with the weight as oneDNN's
 // source operand (read in place), above that as a normal GEMM.
@@ -18,8 +21,10 @@
 // Batch invariance: a row's result is the same bits whatever else shares
 // the call, for batches of up to SmallBatchMaxRows rows (4 with AMX, else
 // 16; the small-batch kernel's accumulation order does not depend on m),
-// and on AMX within 5-16 and within 17-32 rows (one oneDNN primitive, of
-// N = 16 or 32, serves each class; tested, as oneDNN does not promise it).
+// within 2-32 rows on the AMX kernel (1 row alone is the small-batch
+// kernel's), and on oneDNN's AMX within 5-16 and within 17-32 rows where
+// the AMX kernel does not take the shape (one oneDNN primitive, of N = 16
+// or 32, serves each class; tested, as oneDNN does not promise it).
 // Across classes and above 32 rows, results differ by f32 summation order
 // and, across the first boundary, by the bf16 rounding of the activations.
 #ifndef TANDEM_CPU_WORKER_OPS_LINEAR_H_
@@ -117,6 +122,9 @@ int64_t SmallBatchMaxRows(ComputeType t);
 // oneDNN with the weight as its source operand, their rows rounded up to 16
 // or 32 (onednn_matmul.h: OnednnMatmulWeightAsSrc).
 inline constexpr int64_t kWeightAsSrcMaxRows = 32;
+// True if a bf16 Linear of m rows and k input features runs on the AMX
+// kernel (amx_linear.h).
+bool Bf16UsesAmxKernel(int64_t m, int64_t k);
 // The rows a bf16 oneDNN GEMM of m rows runs with: m rounded up to a
 // multiple of max(16, 2^floor(log2 m) / 8), so that prefill and MoE expert
 // batches of every size share a few primitives per octave (creating one

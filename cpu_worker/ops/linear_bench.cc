@@ -23,6 +23,7 @@
 #include "benchmark/benchmark.h"
 #include "common/dtype.h"
 #include "common/quant.h"
+#include "cpu_worker/ops/amx_linear.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/linear.h"
@@ -157,7 +158,7 @@ BENCHMARK_CAPTURE(BM_QuantPath, q4_0, DType::kQ4_0)
 // internal::SmallBatchMaxRows): the same cold weights through the kernel
 // (arg path 0), oneDNN's GEMM with x rounded to bf16 (path 1) and oneDNN
 // with the weight as source operand, x padded to 16 or 32 rows (path 2),
-// as Linear runs them.
+// and the AMX kernel (path 3, amx_linear.h).
 void BM_Bf16SmallBatchPaths(benchmark::State& state) {
   if (!CpuHasBf16()) {
     state.SkipWithError("no AVX512-BF16 (or TANDEM_CPU_ISA=f32)");
@@ -165,6 +166,10 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
   }
   const int64_t m = state.range(0);
   const int64_t path = state.range(1);
+  if (path == 3 && !internal::AmxUsable()) {
+    state.SkipWithError("AMX not usable here");
+    return;
+  }
   const int64_t bytes = kN * kK * 2;
   const auto w = MakeWeights(DType::kBF16, static_cast<int>((kColdBytes + bytes - 1) / bytes));
   std::mt19937 rng(2);
@@ -178,6 +183,9 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
     const void* wp = w[next].data();
     if (path == 0) {
       internal::SmallBatchLinear(x.data(), m, wp, /*w_bf16=*/true, kN, kK, nullptr, y.data());
+    } else if (path == 3) {
+      internal::AmxLinear(x.data(), m, static_cast<const uint16_t*>(wp), kN, kK, nullptr,
+                          y.data());
     } else {
       for (size_t i = 0; i < x.size(); ++i) xb[i] = F32ToBf16(x[i]);
       if (path == 1) {
@@ -198,7 +206,7 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Bf16SmallBatchPaths)
-    ->ArgsProduct({{1, 4, 8, 12, 16, 24, 32}, {0, 1, 2}})
+    ->ArgsProduct({{1, 2, 4, 8, 12, 16, 24, 32}, {0, 1, 2, 3}})
     ->ArgNames({"m", "path"})
     ->UseRealTime()
     ->MinTime(0.5);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/quant.h"
+#include "cpu_worker/ops/amx_linear.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/onednn_matmul.h"
@@ -73,8 +74,11 @@ struct Shape {
   int64_t m, n, k;
 };
 
-const Shape kShapes[] = {{1, 1, 1},      {1, 7, 5},      {3, 33, 45}, {17, 96, 130},
-                         {64, 257, 200}, {1, 300, 1030}, {5, 64, 96}, {64, 48, 16}};
+// {5, 64, 96}, {2, 33, 64} and {24, 70, 512} take the AMX kernel where it
+// is usable.
+const Shape kShapes[] = {{1, 1, 1},      {1, 7, 5},      {3, 33, 45},  {17, 96, 130},
+                         {64, 257, 200}, {1, 300, 1030}, {5, 64, 96},  {64, 48, 16},
+                         {2, 33, 64},    {24, 70, 512}};
 
 TEST(LinearTest, F32MatchesReference) {
   const uint32_t seed = FreshSeed();
@@ -146,7 +150,8 @@ TEST(LinearTest, Bf16MatchesReference) {
       // (larger batches) rounds the activations to bf16, the small-batch
       // kernel keeps them f32. Only f32 accumulation error remains.
       std::vector<float> x_used = x;
-      if (s.m > internal::SmallBatchMaxRows(ComputeType::kBF16)) {
+      if (s.m > internal::SmallBatchMaxRows(ComputeType::kBF16) ||
+          internal::Bf16UsesAmxKernel(s.m, s.k)) {
         for (auto& v : x_used) v = Bf16ToF32(F32ToBf16(v));
       }
       ExpectClose(x_used, s.m, w_rounded, s.n, s.k, bias, y, 1e-5,
@@ -300,8 +305,10 @@ TestWeight RandomWeight(std::mt19937& rng, int64_t n, int64_t k) {
 // Shapes for the small-batch kernels: n below, at and past the row groups
 // (4, 8, 16, 32 rows), k odd, below one 32-element step, and across several
 // 512-element blocks with a tail; big enough to run on several threads.
+// k = 96 and 1024 are whole numbers of AMX tile blocks (amx_linear.h).
 constexpr std::pair<int64_t, int64_t> kKernelShapes[] = {
-    {1, 1}, {5, 3}, {16, 31}, {17, 32}, {37, 70}, {33, 513}, {300, 1030}, {70, 2049}};
+    {1, 1},    {5, 3},      {16, 31},   {17, 32},  {37, 70},
+    {33, 513}, {300, 1030}, {70, 2049}, {40, 96}, {300, 1024}};
 
 // The small-batch kernels against the reference for every m up to twice the
 // switch to oneDNN (the kernels take any m), with and without bias, on the
@@ -375,7 +382,10 @@ TEST(LinearTest, RowResultDoesNotDependOnBatch) {
       const ComputeType t = lw->compute_type();
       const int64_t small = internal::SmallBatchMaxRows(t);
       std::vector<std::pair<int64_t, int64_t>> classes = {{1, small}};
-      if (t == ComputeType::kBF16 && internal::OnednnBf16UsesAmx()) {
+      if (t == ComputeType::kBF16 && internal::Bf16UsesAmxKernel(2, k)) {
+        // One row alone on the small-batch kernel, 2-32 on the AMX kernel.
+        classes = {{1, 1}, {2, internal::kAmxMaxRows}};
+      } else if (t == ComputeType::kBF16 && internal::OnednnBf16UsesAmx()) {
         for (int64_t hi = 16; hi <= internal::kWeightAsSrcMaxRows; hi += 16) {
           classes.push_back({std::max(small + 1, hi - 15), hi});
         }

@@ -1,0 +1,271 @@
+#include "cpu_worker/ops/amx_linear.h"
+
+#include <omp.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "cpu_worker/ops/cpu_features.h"
+
+// See gemv.cc: GCC 12's AVX-512 headers trip -Wmaybe-uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+namespace tandem::ops::internal {
+namespace {
+
+#define TANDEM_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// Linux's arch_prctl codes for the AMX tile data permission (asm/prctl.h;
+// spelled out for older headers).
+constexpr int kArchReqXcompPerm = 0x1023;
+constexpr int kXfeatureXtiledata = 18;
+
+// k-elements per tile block (a 64-byte tile row of bf16).
+constexpr int64_t kKBlock = 32;
+// Bytes of one packed B tile: 16 pair rows x 16 columns x 4 bytes.
+constexpr int64_t kBTileBytes = 16 * 64;
+// Weight rows per A tile, and per parallel item (two A tiles).
+constexpr int64_t kTileRows = 16;
+constexpr int64_t kItemRows = 2 * kTileRows;
+// How far ahead (in k-blocks, 64 bytes of each weight row) the software
+// prefetch runs: the hardware prefetcher follows a few streams per core,
+// an item reads 32 rows side by side.
+constexpr int64_t kPrefetchBlocks = 4;
+// Least weight bytes worth a parallel region (see decode_attention.cc: a
+// woken team costs ~10 us).
+constexpr int64_t kMinParallelBytes = int64_t{256} << 10;
+
+// The 64-byte tile configuration ldtilecfg reads (palette 1).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// Tiles: 0-3 C (weight tile a/b x column tile 0/1), 4-5 A (weight rows),
+// 6-7 B (packed x). `cols0`/`cols1`: rows of x in column tiles 0 and 1.
+TileConfig MakeConfig(int cols0, int cols1) {
+  TileConfig c;
+  const int cols[2] = {cols0, cols1};
+  for (int t = 0; t < 8; ++t) c.rows[t] = 16;
+  for (int mt = 0; mt < 2; ++mt) {
+    const auto bytes = static_cast<uint16_t>(4 * std::max(cols[mt], 1));
+    c.colsb[0 + 2 * mt] = bytes;  // C, weight tile a
+    c.colsb[1 + 2 * mt] = bytes;  // C, weight tile b
+    c.colsb[6 + mt] = bytes;      // B
+  }
+  c.colsb[4] = c.colsb[5] = 64;  // A: 32 bf16 of k
+  return c;
+}
+
+// The child's half of the probe: one tile multiply of known values.
+TANDEM_AMX int ProbeChild() {
+  alignas(64) uint16_t a[16 * 32], b[16 * 32];
+  alignas(64) float c[16 * 16];
+  for (int i = 0; i < 16 * 32; ++i) {
+    a[i] = 0x3f80;  // 1.0
+    b[i] = 0x4000;  // 2.0
+  }
+  const TileConfig cfg = MakeConfig(16, 16);
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_loadd(4, a, 64);
+  _tile_loadd(6, b, 64);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_stored(0, c, 64);
+  _tile_release();
+  for (float v : c) {
+    if (v != 64.0f) return 1;
+  }
+  return 0;
+}
+
+bool Probe() {
+  if (MaxKernelIsa() < KernelIsa::kAvx512 || CpuIsaForcedF32()) return false;
+  const CpuFeatures& f = HostCpuFeatures();
+  if (!f.amx_bf16 || !f.os_amx || !f.avx512_bf16) return false;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+  // The raw system call, not fork(): no atfork handlers run (gRPC's among
+  // them), and the child touches nothing but its own stack before _exit.
+  const long pid = syscall(SYS_fork);
+  if (pid < 0) return false;
+  if (pid == 0) _exit(ProbeChild());
+  int status = 0;
+  if (waitpid(static_cast<pid_t>(pid), &status, 0) != pid) return false;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// x rows [m0, m0 + cols) (cols <= 16) rounded to bf16 into one column
+// tile's packed B layout: for each k pair p, a 64-byte row holding
+// (x[c][2p], x[c][2p + 1]) for c = 0..15, zero past `cols`.
+TANDEM_AMX void PackColumns(const float* x, int64_t k, int cols, uint8_t* pack) {
+  const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                               11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32(64));
+  if (cols < 16) std::memset(pack, 0, static_cast<size_t>(k / 2 * 64));
+  for (int c = 0; c < cols; ++c) {
+    const float* xr = x + c * k;
+    uint8_t* base = pack + 4 * c;
+    for (int64_t kb = 0; kb < k; kb += kKBlock) {
+      // 32 floats -> 32 bf16 (RNE) = 16 pairs, pair p to row kb/2 + p.
+      const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xr + kb + 16), _mm512_loadu_ps(xr + kb));
+      _mm512_i32scatter_epi32(base + kb / 2 * 64, offsets, reinterpret_cast<__m512i>(h), 1);
+    }
+  }
+}
+
+// One item: NB (1 or 2) weight tiles against MT (1 or 2) column tiles over
+// all of k. a0/a1: the weight tiles' first rows (row stride `lda` bytes);
+// pack: column tile 0's packed x (tile 1 follows at `pack_stride`); out:
+// [NB][MT][16][16] f32, rows = weight rows, columns = rows of x.
+template <int NB, int MT>
+TANDEM_AMX void Item(const uint16_t* a0, const uint16_t* a1, int64_t lda, const uint8_t* pack,
+                     int64_t pack_stride, int64_t k, bool prefetch, float* out) {
+  _tile_zero(0);
+  if constexpr (NB == 2) _tile_zero(1);
+  if constexpr (MT == 2) _tile_zero(2);
+  if constexpr (NB == 2 && MT == 2) _tile_zero(3);
+  const int64_t kblocks = k / kKBlock;
+  const int64_t row_elems = lda / 2;
+  for (int64_t kb = 0; kb < kblocks; ++kb) {
+    if (prefetch && kb + kPrefetchBlocks < kblocks) {
+      const int64_t off = (kb + kPrefetchBlocks) * kKBlock;
+      for (int64_t r = 0; r < kTileRows; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(a0 + r * row_elems + off), _MM_HINT_T0);
+        if constexpr (NB == 2) {
+          _mm_prefetch(reinterpret_cast<const char*>(a1 + r * row_elems + off), _MM_HINT_T0);
+        }
+      }
+    }
+    _tile_loadd(6, pack + kb * kBTileBytes, 64);
+    if constexpr (MT == 2) _tile_loadd(7, pack + pack_stride + kb * kBTileBytes, 64);
+    _tile_loadd(4, a0 + kb * kKBlock, lda);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (MT == 2) _tile_dpbf16ps(2, 4, 7);
+    if constexpr (NB == 2) {
+      _tile_loadd(5, a1 + kb * kKBlock, lda);
+      _tile_dpbf16ps(1, 5, 6);
+      if constexpr (MT == 2) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, out, 64);
+  if constexpr (MT == 2) _tile_stored(2, out + 256, 64);
+  if constexpr (NB == 2) {
+    _tile_stored(1, out + 256 * MT, 64);
+    if constexpr (MT == 2) _tile_stored(3, out + 256 * MT + 256, 64);
+  }
+}
+
+template <int MT>
+TANDEM_AMX void RunItem(int nb, const uint16_t* a0, const uint16_t* a1, int64_t lda,
+                        const uint8_t* pack, int64_t pack_stride, int64_t k, bool prefetch,
+                        float* out) {
+  if (nb == 2) {
+    Item<2, MT>(a0, a1, lda, pack, pack_stride, k, prefetch, out);
+  } else {
+    Item<1, MT>(a0, a1, lda, pack, pack_stride, k, prefetch, out);
+  }
+}
+
+// Items [i0, i1) of 32 weight rows each. A weight tile that runs past n
+// reads its rows from a zero-padded copy.
+TANDEM_AMX void RunItems(const uint16_t* w, int64_t n, int64_t k, int64_t m, const uint8_t* pack,
+                         int64_t pack_stride, const float* bias, int64_t i0, int64_t i1,
+                         float* y) {
+  const int mt_count = m > 16 ? 2 : 1;
+  const TileConfig cfg = MakeConfig(static_cast<int>(std::min<int64_t>(m, 16)),
+                                    static_cast<int>(std::max<int64_t>(m - 16, 0)));
+  _tile_loadconfig(&cfg);
+  alignas(64) float out[2 * 2 * 256];
+  thread_local std::vector<uint16_t> padded;
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t r0 = item * kItemRows;
+    const int nb = r0 + kTileRows < n ? 2 : 1;
+    const uint16_t* a[2] = {w + r0 * k, w + (r0 + kTileRows) * k};
+    int64_t lda = k * 2;
+    bool prefetch = true;
+    const int64_t rows = std::min(kItemRows, n - r0);
+    if (rows % kTileRows != 0) {
+      // The last tile is partial: copy the item's rows, zero the rest.
+      padded.assign(static_cast<size_t>(nb * kTileRows * k), 0);
+      std::memcpy(padded.data(), w + r0 * k, static_cast<size_t>(rows * k) * 2);
+      a[0] = padded.data();
+      a[1] = padded.data() + kTileRows * k;
+      prefetch = false;
+    }
+    if (mt_count == 2) {
+      RunItem<2>(nb, a[0], a[1], lda, pack, pack_stride, k, prefetch, out);
+    } else {
+      RunItem<1>(nb, a[0], a[1], lda, pack, pack_stride, k, prefetch, out);
+    }
+    // out[t][mt][r][c] -> y[mt * 16 + c][r0 + 16 t + r].
+    for (int t = 0; t < nb; ++t) {
+      for (int mt = 0; mt < mt_count; ++mt) {
+        const float* o = out + (t * mt_count + mt) * 256;
+        const int64_t cols = std::min<int64_t>(16, m - 16 * mt);
+        const int64_t row0 = r0 + t * kTileRows;
+        const int64_t nrows = std::min<int64_t>(kTileRows, n - row0);
+        for (int64_t c = 0; c < cols; ++c) {
+          float* yr = y + (16 * mt + c) * n + row0;
+          for (int64_t r = 0; r < nrows; ++r) {
+            yr[r] = o[r * 16 + c] + (bias != nullptr ? bias[row0 + r] : 0.0f);
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace
+
+bool AmxUsable() {
+  static const bool usable = Probe();
+  return usable;
+}
+
+bool AmxLinearFits(int64_t m, int64_t k) {
+  return m >= 1 && m <= kAmxMaxRows && k > 0 && k % kKBlock == 0;
+}
+
+void AmxLinear(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k,
+               const float* bias, float* y) {
+  TANDEM_CHECK(AmxUsable());
+  TANDEM_CHECK(AmxLinearFits(m, k));
+  // Packed x: one B layout per column tile of 16 rows of x.
+  const int64_t pack_stride = k / 2 * 64;
+  thread_local std::vector<uint8_t> pack_buf;
+  const size_t need = static_cast<size_t>(2 * pack_stride + 64);
+  if (pack_buf.size() < need) pack_buf.resize(need);
+  auto* pack = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(pack_buf.data()) + 63) & ~uintptr_t{63});
+  PackColumns(x, k, static_cast<int>(std::min<int64_t>(m, 16)), pack);
+  if (m > 16) PackColumns(x + 16 * k, k, static_cast<int>(m - 16), pack + pack_stride);
+
+  const int64_t items = (n + kItemRows - 1) / kItemRows;
+  const bool parallel = n * k * 2 >= kMinParallelBytes && omp_get_max_threads() > 1;
+#pragma omp parallel if (parallel)
+  {
+    // Static split of the items: the same rows to the same thread on every
+    // call (the weights a thread reads stay on its side of the cache).
+    const int64_t threads = omp_get_num_threads();
+    const int64_t t = omp_get_thread_num();
+    const int64_t i0 = items * t / threads, i1 = items * (t + 1) / threads;
+    if (i0 < i1) RunItems(w, n, k, m, pack, pack_stride, bias, i0, i1, y);
+  }
+}
+
+}  // namespace tandem::ops::internal
