@@ -107,6 +107,11 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                   "its CPU while the device computes the rest (ScheInfer's CC part; whole blocks "
                   "of 32 rows; 0: none)")
       ->capture_default_str();
+  cmd->add_option("--prefill-gpu-tokens", o.prefill_gpu_tokens,
+                  "ScheInfer's token assignment n_g: in a step holding a prefill, the CPU rows of "
+                  "the first N tokens run on the device from a copy of their weights, the rest on "
+                  "the CPU (needs --cpu-ffn-fraction; 0: all on the CPU)")
+      ->capture_default_str();
   cmd->add_option("--gpu-memory-budget", o.gpu_memory_budget_gb,
                   "GB of weights the gpu_worker keeps resident; the FFN weights of the layers "
                   "past it are streamed from host memory before use (0: all resident)")
@@ -213,6 +218,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
       dc.model.cpu_ffn_rows.push_back(cfg.IsMoeLayer(l) ? 0 : rows);
     }
   }
+  if (o.prefill_gpu_tokens < 0) {
+    return absl::InvalidArgumentError("--prefill-gpu-tokens must not be negative");
+  }
+  if (o.prefill_gpu_tokens > 0 && o.cpu_ffn_fraction == 0) {
+    return absl::InvalidArgumentError(
+        "--prefill-gpu-tokens assigns the prefill tokens of --cpu-ffn-fraction's rows: give both");
+  }
+  dc.model.prefill_gpu_tokens = o.prefill_gpu_tokens;
   dc.tensor_parallel = o.tensor_parallel;
   if (o.tensor_parallel > 1) {
     // Names of the ranks' all-reduce groups (one per load attempt).

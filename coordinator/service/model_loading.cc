@@ -78,6 +78,7 @@ proto::LoadModelRequest BuildLoadModelRequest(const ModelSpec& spec) {
   r.set_weight_budget_bytes(spec.weight_budget_bytes);
   r.set_expert_cache_slots(spec.expert_cache_slots);
   for (int64_t n : spec.cpu_ffn_rows) r.add_cpu_ffn_rows(n);
+  r.set_prefill_gpu_tokens(spec.prefill_gpu_tokens);
   if (spec.uses_cpu_worker()) {
     r.set_data_segment(spec.data_segment);
     r.set_cpu_kv_tokens(spec.cpu_kv_tokens);

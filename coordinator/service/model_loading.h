@@ -53,6 +53,9 @@ struct ModelSpec {
   // Dense MLP rows per layer computed on the gpu_worker's CPU
   // (LoadModelRequest.cpu_ffn_rows).
   std::vector<int64_t> cpu_ffn_rows;
+  // Prefill rows whose CC part runs on the device
+  // (LoadModelRequest.prefill_gpu_tokens).
+  int64_t prefill_gpu_tokens = 0;
   absl::Duration attach_timeout = absl::Seconds(60);
 
   bool has_cpu_experts() const;

@@ -24,6 +24,7 @@
 #include "gpu_worker/engine/testing/engine_test_util.h"
 #include "gpu_worker/engine/testing/separate_memory_device.h"
 #include "gpu_worker/engine/testing/test_devices.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -221,6 +222,67 @@ TEST_P(DeviceOffload, CpuRowsOfDenseMlpsMatchTheWholeMlp) {
     EXPECT_EQ(Engine::Create(std::move(*ckpt), o).status().code(),
               absl::StatusCode::kInvalidArgument)
         << bad;
+  }
+}
+
+// ScheInfer's prefill token assignment (n_g): the CC rows of a prefill
+// step's first n_g rows run on the device from a copy of the CC weights,
+// the rest on the CPU; decode steps keep every CC row on the CPU. Each
+// split sums to the whole MLP.
+TEST_P(DeviceOffload, PrefillTokensOnTheDeviceMatchTheWholeMlp) {
+  const std::vector<testing::TestDevice> devices = testing::TestDevicesNoting();
+  auto host = OpenTestEngine(GetParam(), {});
+  ASSERT_NE(host, nullptr);
+  const ModelConfig& c = host->config();
+  if (c.is_moe()) {
+    // No dense MLP rows to assign: refused.
+    auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" + GetParam());
+    ASSERT_TRUE(ckpt.ok());
+    EngineOptions o;
+    o.prefill_gpu_tokens = 5;
+    EXPECT_EQ(Engine::Create(std::move(*ckpt), o).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    return;
+  }
+  const int64_t half = std::max<int64_t>(32, c.intermediate_size / 2 / 32 * 32);
+  const std::vector<int64_t> rows(static_cast<size_t>(c.num_layers), half);
+  const std::vector<float> want = RunSteps(*host, false);
+  for (const testing::TestDevice& d : devices) {
+    for (int64_t n_g : {int64_t{3}, int64_t{1000}}) {
+      SCOPED_TRACE(absl::StrCat(d.name, " n_g=", n_g));
+      EngineOptions o;
+      o.device = d.make;
+      o.cpu_ffn_rows = rows;
+      o.prefill_gpu_tokens = n_g;
+      auto engine = OpenTestEngine(GetParam(), o);
+      ASSERT_NE(engine, nullptr);
+      EXPECT_LT(MaxRelativeError(RunSteps(*engine, false), want),
+                testing::IsGpu(d) ? 3e-2 : 1e-5);
+      // The rows each step gave the device: a prefill of 7 + 4 tokens,
+      // then one decode token per sequence.
+      auto fresh = OpenTestEngine(GetParam(), o);
+      ASSERT_NE(fresh, nullptr);
+      std::vector<SequenceChunk> batch = {{0, {3, 14, 15, 92, 65, 35, 89}, 0, false},
+                                          {1, {79, 32, 38, 46}, 0, false}};
+      auto prefill = fresh->Step(batch);
+      ASSERT_TRUE(prefill.ok()) << prefill.status();
+      EXPECT_EQ(prefill->prefill_gpu_rows, std::min<int64_t>(n_g, 11));
+      batch = {{0, {5}, 7, false}, {1, {6}, 4, false}};
+      auto decode = fresh->Step(batch);
+      ASSERT_TRUE(decode.ok()) << decode.status();
+      EXPECT_EQ(decode->prefill_gpu_rows, 0);
+    }
+  }
+  // Negative, or without CC rows to assign: refused.
+  for (const auto& [n_g, cc] : {std::pair<int64_t, bool>{-1, true}, {5, false}}) {
+    auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" + GetParam());
+    ASSERT_TRUE(ckpt.ok());
+    EngineOptions o;
+    if (cc) o.cpu_ffn_rows = rows;
+    o.prefill_gpu_tokens = n_g;
+    EXPECT_EQ(Engine::Create(std::move(*ckpt), o).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << n_g;
   }
 }
 

@@ -79,6 +79,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
   TANDEM_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Load(*ckpt, options.compute, tp,
                                                          options.remote_experts,
                                                          options.cpu_ffn_rows));
+  if (options.prefill_gpu_tokens < 0) {
+    return absl::InvalidArgumentError("engine options: prefill_gpu_tokens must not be negative");
+  }
+  if (options.prefill_gpu_tokens > 0 &&
+      std::none_of(e->weights_.layers.begin(), e->weights_.layers.end(),
+                   [](const LayerWeights& l) { return l.mlp_cpu.gate.rows() > 0; })) {
+    return absl::InvalidArgumentError(
+        "engine options: prefill_gpu_tokens assigns the CC rows' prefill tokens; without "
+        "cpu_ffn_rows there are none");
+  }
+  e->prefill_gpu_tokens_ = options.prefill_gpu_tokens;
   e->max_context_ = options.max_context > 0 ? options.max_context
                                             : std::min<int64_t>(c.max_position, 8192);
   // Sliding-window attention equals full attention while a sequence fits in
@@ -278,27 +289,76 @@ absl::Status Engine::Ffn(int64_t l, const LayerWeights& lw, int64_t rows) {
   return dev_->Mlp(lw.mlp, h_.data(), rows, out_.data());
 }
 
+absl::StatusOr<ops::MlpWeights> Engine::StageCcWeights(const LayerWeights& lw) {
+  const ops::MlpWeights& cc = lw.mlp_cpu;
+  if (dev_->host_memory()) return cc;  // the device reads host memory
+  const ops::LinearWeight* parts[3] = {&cc.gate, &cc.up, &cc.down};
+  size_t total = 0;
+  for (const ops::LinearWeight* w : parts) total += (static_cast<size_t>(w->nbytes()) + 255) / 256 * 256;
+  if (cg_prime_ == nullptr || cg_prime_->size() < total) {
+    cg_prime_.reset();
+    TANDEM_ASSIGN_OR_RETURN(cg_prime_, dev_->Allocate(total));
+  }
+  ops::MlpWeights staged = cc;
+  ops::LinearWeight* out[3] = {&staged.gate, &staged.up, &staged.down};
+  auto* base = static_cast<uint8_t*>(cg_prime_->data());
+  size_t at = 0;
+  for (int i = 0; i < 3; ++i) {
+    TANDEM_RETURN_IF_ERROR(
+        dev_->CopyToDevice(parts[i]->data(), static_cast<size_t>(parts[i]->nbytes()), base + at));
+    *out[i] = parts[i]->WithData(base + at);
+    at += (static_cast<size_t>(parts[i]->nbytes()) + 255) / 256 * 256;
+  }
+  return staged;
+}
+
 absl::Status Engine::SplitMlp(const LayerWeights& lw, int64_t rows) {
-  const int64_t n = rows * config().hidden_size;
+  const int64_t hidden = config().hidden_size;
+  const int64_t n = rows * hidden;
+  // ScheInfer's prefill token assignment: rows [0, g) take the CC part on
+  // the device (CG'), rows [g, rows) on the CPU.
+  const int64_t g = std::min(step_gpu_rows_, rows);
+  const int64_t cpu_rows = rows - g;
   GrowHost(cc_out_, n);
+  if (g > 0) TANDEM_RETURN_IF_ERROR(Grow(cg_out_, g * hidden));
   if (dev_->host_memory()) {
     // One set of cores: the parts one after the other.
     TANDEM_RETURN_IF_ERROR(dev_->Mlp(lw.mlp, h_.data(), rows, out_.data()));
-    ops::RunMlp(lw.mlp_cpu, h_.data(), rows, cc_out_.data(), cc_scratch_);
-    return dev_->AddScaled(cc_out_.data(), 1.0f, n, out_.data());
+    if (g > 0) {
+      TANDEM_RETURN_IF_ERROR(dev_->Mlp(lw.mlp_cpu, h_.data(), g, cg_out_.data()));
+      TANDEM_RETURN_IF_ERROR(dev_->AddScaled(cg_out_.data(), 1.0f, g * hidden, out_.data()));
+    }
+    if (cpu_rows == 0) return absl::OkStatus();
+    ops::RunMlp(lw.mlp_cpu, h_.data() + g * hidden, cpu_rows, cc_out_.data(), cc_scratch_);
+    return dev_->AddScaled(cc_out_.data(), 1.0f, cpu_rows * hidden, out_.data() + g * hidden);
   }
   GrowHost(cc_in_, n);
-  TANDEM_RETURN_IF_ERROR(
-      dev_->CopyToHost(h_.data(), static_cast<size_t>(n) * sizeof(float), cc_in_.data()));
-  // The CPU's rows on a thread while the device's ops are queued and run.
-  std::thread cpu([&] { ops::RunMlp(lw.mlp_cpu, cc_in_.data(), rows, cc_out_.data(), cc_scratch_); });
-  const absl::Status device = dev_->Mlp(lw.mlp, h_.data(), rows, out_.data());
+  if (cpu_rows > 0) {
+    TANDEM_RETURN_IF_ERROR(dev_->CopyToHost(h_.data() + g * hidden,
+                                            static_cast<size_t>(cpu_rows * hidden) * sizeof(float),
+                                            cc_in_.data()));
+  }
+  // The CPU's rows on a thread while the device's ops (the CC weights' copy
+  // for CG' among them) are queued and run.
+  std::thread cpu([&] {
+    if (cpu_rows > 0) ops::RunMlp(lw.mlp_cpu, cc_in_.data(), cpu_rows, cc_out_.data(), cc_scratch_);
+  });
+  absl::Status device = dev_->Mlp(lw.mlp, h_.data(), rows, out_.data());
+  if (device.ok() && g > 0) {
+    absl::StatusOr<ops::MlpWeights> staged = StageCcWeights(lw);
+    device = staged.status();
+    if (device.ok()) device = dev_->Mlp(*staged, h_.data(), g, cg_out_.data());
+    if (device.ok()) device = dev_->AddScaled(cg_out_.data(), 1.0f, g * hidden, out_.data());
+    // The copy is reused by the next layer: the device must have read it.
+    if (device.ok()) device = dev_->Synchronize();
+  }
   cpu.join();
   TANDEM_RETURN_IF_ERROR(device);
-  TANDEM_RETURN_IF_ERROR(Grow(cc_dev_, n));
-  TANDEM_RETURN_IF_ERROR(dev_->CopyToDevice(cc_out_.data(), static_cast<size_t>(n) * sizeof(float),
-                                            cc_dev_.data()));
-  return dev_->AddScaled(cc_dev_.data(), 1.0f, n, out_.data());
+  if (cpu_rows == 0) return absl::OkStatus();
+  TANDEM_RETURN_IF_ERROR(Grow(cc_dev_, cpu_rows * hidden));
+  TANDEM_RETURN_IF_ERROR(dev_->CopyToDevice(
+      cc_out_.data(), static_cast<size_t>(cpu_rows * hidden) * sizeof(float), cc_dev_.data()));
+  return dev_->AddScaled(cc_dev_.data(), 1.0f, cpu_rows * hidden, out_.data() + g * hidden);
 }
 
 int64_t Engine::SequenceLength(int64_t seq_id) const {
@@ -394,7 +454,13 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
   const ModelConfig& c = config();
   const int64_t hidden = c.hidden_size;
   int64_t total = 0;
-  for (const SequenceChunk& s : batch) total += static_cast<int64_t>(s.tokens.size());
+  bool prefill = false;
+  for (const SequenceChunk& s : batch) {
+    total += static_cast<int64_t>(s.tokens.size());
+    prefill = prefill || s.tokens.size() > 1;
+  }
+  // n_g applies to steps that hold a prefill (ScheInfer: decode keeps 0).
+  step_gpu_rows_ = prefill ? std::min(prefill_gpu_tokens_, total) : 0;
 
   TANDEM_RETURN_IF_ERROR(Grow(x_, total * hidden));
   TANDEM_RETURN_IF_ERROR(Grow(h_, total * hidden));
@@ -450,6 +516,7 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
   // Final norm and LM head only on the rows whose logits are wanted.
   StepResult r;
   r.vocab = c.vocab_size;
+  r.prefill_gpu_rows = step_gpu_rows_;
   int64_t rows = 0, tok = 0;
   std::vector<int64_t> kept;  // rows of x_ whose logits are wanted
   for (const SequenceChunk& s : batch) {

@@ -68,6 +68,12 @@ struct EngineOptions {
   // while the device computes the rest; the partial outputs are summed).
   // Empty or 0: the whole MLP on the device. Single rank only.
   std::vector<int64_t> cpu_ffn_rows;
+  // ScheInfer's prefill token assignment n_g: in a step that holds a
+  // prefill (a chunk of more than one token), the CC rows of the step's
+  // first n_g rows run on the device from a copy of the CC weights made for
+  // the step (the paper's CG'), the rest on the CPU as in decode; decode-only
+  // steps keep n_g = 0. Needs cpu_ffn_rows.
+  int64_t prefill_gpu_tokens = 0;
   // The GPU expert cache (expert_cache.h; capacity 0: off): routed experts
   // stay in host memory, `capacity_per_layer` of each layer's live in
   // device slots chosen by HybriMoE's score cache and Klotski's prefetch,
@@ -94,6 +100,8 @@ struct StepResult {
   std::vector<int64_t> first_row;   // per chunk: its first row in `logits`
   std::vector<int64_t> num_rows;    // per chunk: 1, or its token count if all_logits
   int64_t vocab = 0;
+  // Rows whose CC MLP part ran on the device (EngineOptions.prefill_gpu_tokens).
+  int64_t prefill_gpu_rows = 0;
   const float* Row(size_t chunk, int64_t i = -1) const {
     const int64_t r = i < 0 ? first_row[chunk] + num_rows[chunk] - 1 : first_row[chunk] + i;
     return logits.data() + r * vocab;
@@ -170,8 +178,12 @@ class Engine {
                               int64_t page_bytes);
   // The FFN of layer `l`, computed from `lw` (reads h_, writes out_).
   absl::Status Ffn(int64_t l, const LayerWeights& lw, int64_t rows);
-  // A dense MLP split between the device and the CPU (lw.mlp_cpu).
+  // A dense MLP split between the device and the CPU (lw.mlp_cpu); the CC
+  // part of the first step_gpu_rows_ rows on the device (CG').
   absl::Status SplitMlp(const LayerWeights& lw, int64_t rows);
+  // lw.mlp_cpu as the device reads it: on a device of its own memory, a
+  // copy in cg_prime_ made now.
+  absl::StatusOr<ops::MlpWeights> StageCcWeights(const LayerWeights& lw);
   // Sums a row-parallel layer's partial output out_[rows, hidden] over the
   // tensor-parallel ranks (a no-op on one rank).
   absl::Status ReduceOut(int64_t rows);
@@ -238,6 +250,10 @@ class Engine {
   std::vector<float> cc_out_;     // [T, hidden] their partial output
   ops::MlpScratch cc_scratch_;
   Scratch cc_dev_;                // [T, hidden] that output on a device of its own memory
+  int64_t prefill_gpu_tokens_ = 0;  // n_g (EngineOptions)
+  int64_t step_gpu_rows_ = 0;       // this step's n_g: rows whose CC part runs on the device
+  DeviceMemory cg_prime_;           // the CC weights copied for those rows (own-memory device)
+  Scratch cg_out_;                  // [n_g, hidden] their CC part's output
   std::vector<float> sumsq_;          // [T] ShardedFullNorm's row statistics
 };
 

@@ -225,6 +225,7 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
   eo.device = device.make;
   eo.expert_cache.capacity_per_layer = req.expert_cache_slots();
   eo.cpu_ffn_rows.assign(req.cpu_ffn_rows().begin(), req.cpu_ffn_rows().end());
+  eo.prefill_gpu_tokens = req.prefill_gpu_tokens();
   const int64_t max_sequences = eo.max_sequences;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
   const absl::Duration attach = absl::Milliseconds(

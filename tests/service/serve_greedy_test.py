@@ -89,6 +89,10 @@ def main():
     placements.append(("tensor-parallel-2", ["--tensor-parallel", "2"]))
     if not experts:  # half of every MLP's rows on the gpu_worker's CPU (ScheInfer's CC)
         placements.append(("cpu-ffn-half", ["--cpu-ffn-fraction", "0.5"]))
+        # The same with ScheInfer's prefill token assignment: the CPU rows
+        # of each prefill's first 4 tokens on the device (CG').
+        placements.append(("cpu-ffn-half+prefill-gpu-4",
+                           ["--cpu-ffn-fraction", "0.5", "--prefill-gpu-tokens", "4"]))
     if experts:  # CPU attention on the first of two cpu_workers sharing the experts
         placements.append(("cpu-kv+experts-on-2-workers",
                            cpu_kv + ["--cpu-experts", "all", "--cpu-workers", "2"]))
@@ -136,7 +140,8 @@ def main():
                              and counts.get("hits", -1) + counts.get("misses", -1)
                              == counts["activations"] and counts.get("cpu_computed", 0) > 0,
                              str(counts))
-            no_cpu_worker = (placement in ("none", "expert-cache-1", "cpu-ffn-half")
+            no_cpu_worker = (placement in ("none", "expert-cache-1", "cpu-ffn-half",
+                                           "cpu-ffn-half+prefill-gpu-4")
                              or placement.startswith("tensor-parallel"))
             if not no_cpu_worker:
                 want = 3 if "3-workers" in placement else 2 if "2-workers" in placement else 1
