@@ -1,5 +1,7 @@
 #include "gpu_worker/cuda/cuda_device.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -18,6 +20,7 @@
 #include "gpu_worker/cuda/kernels/rms_norm.h"
 #include "gpu_worker/cuda/kernels/row_ops.h"
 #include "gpu_worker/engine/model_weights.h"
+#include "gpu_worker/engine/pinned_ranges.h"
 
 // A kernel launcher's cudaError_t (as an int) checked like a runtime call.
 #define TANDEM_LAUNCH_RETURN_IF_ERROR(stmt) \
@@ -230,6 +233,7 @@ absl::Status CudaDevice::Prepare(const ModelWeights& w, const std::vector<float>
     for (const ops::MlpWeights& e : l.experts) TANDEM_RETURN_IF_ERROR(mlp(e));
     if (l.has_shared_expert) TANDEM_RETURN_IF_ERROR(mlp(l.shared));
   }
+  PinStreamed(streamed);
   half_ = static_cast<int64_t>(inv_freq.size());
   TANDEM_ASSIGN_OR_RETURN(inv_freq_,
                           DeviceBuffer::Allocate(std::max<size_t>(inv_freq.size(), 1) * 4));
@@ -237,6 +241,36 @@ absl::Status CudaDevice::Prepare(const ModelWeights& w, const std::vector<float>
                                          inv_freq.size() * sizeof(float),
                                          cudaMemcpyHostToDevice));
   return absl::OkStatus();
+}
+
+void CudaDevice::PinStreamed(const std::vector<const ops::LinearWeight*>& streamed) {
+  std::vector<HostRange> spans;
+  spans.reserve(streamed.size());
+  for (const ops::LinearWeight* w : streamed) {
+    spans.push_back({reinterpret_cast<uintptr_t>(w->data()), static_cast<size_t>(w->nbytes())});
+  }
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (const HostRange& r : PageAlignedRanges(std::move(spans), page)) {
+    void* p = reinterpret_cast<void*>(r.begin);
+    // Weights mapped read-only (a checkpoint file, the weight store as a
+    // reader maps it) take the read-only flag; try writable memory first.
+    absl::StatusOr<HostRegistration> reg =
+        HostRegistration::Register(p, r.bytes, cudaHostRegisterDefault);
+    if (!reg.ok()) {
+      cudaGetLastError();  // not sticky: clear it before the next call
+      reg = HostRegistration::Register(p, r.bytes, cudaHostRegisterReadOnly);
+    }
+    if (!reg.ok()) {
+      cudaGetLastError();
+      if (pin_failure_.empty()) {
+        pin_failure_ = absl::StrCat("pinning ", r.bytes, " bytes of streamed weights at ", r.begin,
+                                    ": ", reg.status().message());
+      }
+      continue;
+    }
+    pinned_.push_back(*std::move(reg));
+    pinned_bytes_ += static_cast<int64_t>(r.bytes);
+  }
 }
 
 absl::StatusOr<const float*> CudaDevice::Param(const float* host) const {

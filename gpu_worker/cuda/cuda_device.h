@@ -66,6 +66,10 @@ class CudaDevice final : public Device {
 
   // Bytes of weights Prepare put on the GPU.
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Bytes of host memory Prepare pinned under the streamed weights (whole
+  // pages), and why any were left pageable (empty if none were).
+  int64_t pinned_bytes() const { return pinned_bytes_; }
+  const std::string& pin_failure() const { return pin_failure_; }
 
  private:
   struct DeviceLinear {
@@ -101,6 +105,11 @@ class CudaDevice final : public Device {
   absl::StatusOr<LinearView> Find(const ops::LinearWeight& w) const;
   absl::Status AddParam(const std::vector<float>& v);
   absl::Status AddLinear(const ops::LinearWeight& w);
+  // Page-locks the host memory under the streamed weights, so that their
+  // copies run as DMA without a driver bounce buffer. Best effort: a range
+  // the driver refuses stays pageable (copies still work, slower), noted in
+  // pin_failure_.
+  void PinStreamed(const std::vector<const ops::LinearWeight*>& streamed);
 
   int ordinal_ = 0;
   bool prepared_ = false;
@@ -112,6 +121,9 @@ class CudaDevice final : public Device {
   DeviceBuffer inv_freq_;  // [half]
   int64_t half_ = 0;
   int64_t weight_bytes_ = 0;
+  std::vector<HostRegistration> pinned_;  // released before the weights' memory
+  int64_t pinned_bytes_ = 0;
+  std::string pin_failure_;
   std::array<DeviceBuffer, kSlots> meta_;
   DeviceBuffer x_bf16_;           // activations rounded for a bf16 GEMM
   DeviceBuffer gate_, up_;        // [rows, ffn] of Mlp

@@ -86,9 +86,10 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
-absl::StatusOr<HostRegistration> HostRegistration::Register(void* p, size_t bytes) {
+absl::StatusOr<HostRegistration> HostRegistration::Register(void* p, size_t bytes,
+                                                            unsigned flags) {
   if (p == nullptr || bytes == 0) return HostRegistration();
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaHostRegister(p, bytes, cudaHostRegisterDefault));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaHostRegister(p, bytes, flags));
   return HostRegistration(p);
 }
 

@@ -84,7 +84,9 @@ class DeviceBuffer {
 // this object.
 class HostRegistration {
  public:
-  static absl::StatusOr<HostRegistration> Register(void* p, size_t bytes);
+  // `flags`: cudaHostRegister's (cudaHostRegisterReadOnly for memory
+  // mapped read-only, such as a checkpoint file).
+  static absl::StatusOr<HostRegistration> Register(void* p, size_t bytes, unsigned flags = 0);
   HostRegistration() = default;
   ~HostRegistration();
   HostRegistration(HostRegistration&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
