@@ -24,8 +24,9 @@ void WriteKv(const PagedKvLayer& kv, const int32_t* block_table, int64_t first_p
 // Causal attention of one sequence's n queries q [n, heads, head_dim] at
 // positions first_pos .. first_pos+n-1 against keys 0 .. first_pos+n-1
 // (already written). Query head h reads kv head h / (heads / kv_heads).
-// out [n, heads, head_dim]. Softmax in f32 with max subtraction. n == 1
-// goes through AttendDecode.
+// out [n, heads, head_dim]. Softmax in f32 with max subtraction. Every
+// query runs as a decode query of its own length through AttendDecode, so
+// a token's result does not depend on the other tokens of its step.
 void AttendSequence(const float* q, int64_t n, int64_t heads, const PagedKvLayer& kv,
                     const int32_t* block_table, int64_t first_pos, float scale, float* out);
 
@@ -42,7 +43,7 @@ struct DecodeQuery {
 // reading their keys and values once (flash-decoding): each K/V row is read
 // once for all the query heads of its kv head's group, with an online
 // softmax, and long contexts are split into chunks that OpenMP threads share
-// and a merge step combines. AttendSequence takes this path for n == 1. The
+// and a merge step combines. AttendSequence runs every query this way. The
 // AVX-512 kernel runs where MaxKernelIsa() allows; `allow_avx512 = false`
 // forces the portable one (for tests). Scratch is thread-local, grown once.
 void AttendDecode(const DecodeQuery* queries, int64_t count, int64_t heads, const PagedKvLayer& kv,
