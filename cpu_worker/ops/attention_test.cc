@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -380,6 +381,36 @@ TEST(AttentionTest, SingleQueryAttendSequenceIsDecode) {
   const DecodeQuery dq{b.q[0].data(), b.tables[0].data(), 777, d.data()};
   AttendDecode(&dq, 1, shape.kv_heads * shape.group, b.layer, scale);
   EXPECT_EQ(a, d);
+}
+
+// A prefill chunk's token gets the same bits as a decode step at its
+// position: every query runs as a decode query of its own length.
+TEST(AttentionTest, PrefillTokensEqualDecodeQueriesAtTheirPositions) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const Case c{2, 4, 64, 16, 40, 70, 1.0f};
+  const int64_t heads = c.kv_heads * c.group;
+  const int64_t total = c.first_pos + c.n;
+  const int64_t row = c.kv_heads * c.head_dim;
+  std::vector<float> k(static_cast<size_t>(total * row)), v(k.size());
+  for (auto& x : k) x = dist(rng);
+  for (auto& x : v) x = dist(rng);
+  const int64_t qrow = heads * c.head_dim;
+  std::vector<float> q(static_cast<size_t>(c.n * qrow));
+  for (auto& x : q) x = dist(rng);
+  PagedCache pc = MakeCache(c, total, rng);
+  WriteKv(pc.layer, pc.table.data(), 0, total, k.data(), v.data());
+  const float scale = 0.125f;
+  std::vector<float> chunk(q.size()), one(static_cast<size_t>(qrow));
+  AttendSequence(q.data(), c.n, heads, pc.layer, pc.table.data(), c.first_pos, scale, chunk.data());
+  for (int64_t t = 0; t < c.n; ++t) {
+    AttendSequence(q.data() + t * qrow, 1, heads, pc.layer, pc.table.data(), c.first_pos + t,
+                   scale, one.data());
+    ASSERT_EQ(std::memcmp(one.data(), chunk.data() + t * qrow, sizeof(float) * qrow), 0)
+        << "token " << t << " of the chunk";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, DecodeTest, ::testing::Bool(),
