@@ -9,7 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/numbers.h"
 #include "common/checkpoint.h"
+#include "common/hardware_profile.h"
+#include "coordinator/planner/scheinfer/prefill_assignment.h"
 #include "common/status_macros.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/frontend/grpc_client_service.h"
@@ -110,8 +113,11 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
   cmd->add_option("--prefill-gpu-tokens", o.prefill_gpu_tokens,
                   "ScheInfer's token assignment n_g: in a step holding a prefill, the CPU rows of "
                   "the first N tokens run on the device from a copy of their weights, the rest on "
-                  "the CPU (needs --cpu-ffn-fraction; 0: all on the CPU)")
+                  "the CPU (needs --cpu-ffn-fraction; 0: all on the CPU); 'auto' re-solves N for "
+                  "each prefill step (ScheInfer Eq. 15) from --hardware's profile")
       ->capture_default_str();
+  cmd->add_option("--hardware", o.hardware,
+                  "Hardware profile JSON (as tandem plan takes) for --prefill-gpu-tokens auto");
   cmd->add_option("--gpu-memory-budget", o.gpu_memory_budget_gb,
                   "GB of weights the gpu_worker keeps resident; the FFN weights of the layers "
                   "past it are streamed from host memory before use (0: all resident)")
@@ -126,6 +132,53 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
   cmd->add_option("--kv-blocks", o.kv_blocks, "KV cache blocks of 16 tokens (default: enough for max-num-seqs/4 full contexts)");
   cmd->add_option("--chat-template", o.chat_template, "File with a Jinja chat template overriding the model's");
 }
+
+namespace {
+
+// --prefill-gpu-tokens: a fixed n_g in the load request, or "auto": the
+// driver re-solves n_g for each prefill step under the running split
+// (every dense layer's CC share; the device's rows counted as streamed when
+// a GPU memory budget is set, since the worker then streams the layers past
+// it).
+absl::Status SetPrefillTokenAssignment(const CoordinatorOptions& o, const ModelConfig& cfg,
+                                       coord::StepDriverConfig* dc) {
+  const bool automatic = o.prefill_gpu_tokens == "auto";
+  int64_t fixed = 0;
+  if (!automatic && !absl::SimpleAtoi(o.prefill_gpu_tokens, &fixed)) {
+    return absl::InvalidArgumentError(absl::StrCat("--prefill-gpu-tokens: '", o.prefill_gpu_tokens,
+                                                   "' is neither a number nor auto"));
+  }
+  if (fixed < 0) return absl::InvalidArgumentError("--prefill-gpu-tokens must not be negative");
+  if ((automatic || fixed > 0) && o.cpu_ffn_fraction == 0) {
+    return absl::InvalidArgumentError(
+        "--prefill-gpu-tokens assigns the prefill tokens of --cpu-ffn-fraction's rows: give both");
+  }
+  if (!automatic && !o.hardware.empty()) {
+    return absl::InvalidArgumentError("--hardware is for --prefill-gpu-tokens auto");
+  }
+  dc->model.prefill_gpu_tokens = fixed;
+  if (!automatic) return absl::OkStatus();
+  if (o.hardware.empty()) {
+    return absl::InvalidArgumentError(
+        "--prefill-gpu-tokens auto needs --hardware PROFILE.json (the GPU, CPU and PCIe figures "
+        "Eq. 15 weighs)");
+  }
+  TANDEM_ASSIGN_OR_RETURN(HardwareProfile hw, LoadHardwareProfile(o.hardware));
+  std::vector<planner::scheinfer::RunningMlpSplit> splits;
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    const int64_t rows = dc->model.cpu_ffn_rows[static_cast<size_t>(l)];
+    splits.push_back({static_cast<double>(rows) / static_cast<double>(cfg.intermediate_size),
+                      o.gpu_memory_budget_gb > 0});
+  }
+  TANDEM_ASSIGN_OR_RETURN(planner::scheinfer::PrefillAssigner assigner,
+                          planner::scheinfer::PrefillAssigner::Create(cfg, hw, std::move(splits)));
+  // The driver calls it from its one thread.
+  auto shared = std::make_shared<planner::scheinfer::PrefillAssigner>(std::move(assigner));
+  dc->prefill_gpu_tokens = [shared](int64_t tokens) { return shared->GpuTokens(tokens); };
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
     const CoordinatorOptions& o) {
@@ -218,14 +271,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
       dc.model.cpu_ffn_rows.push_back(cfg.IsMoeLayer(l) ? 0 : rows);
     }
   }
-  if (o.prefill_gpu_tokens < 0) {
-    return absl::InvalidArgumentError("--prefill-gpu-tokens must not be negative");
-  }
-  if (o.prefill_gpu_tokens > 0 && o.cpu_ffn_fraction == 0) {
-    return absl::InvalidArgumentError(
-        "--prefill-gpu-tokens assigns the prefill tokens of --cpu-ffn-fraction's rows: give both");
-  }
-  dc.model.prefill_gpu_tokens = o.prefill_gpu_tokens;
+  TANDEM_RETURN_IF_ERROR(SetPrefillTokenAssignment(o, cfg, &dc));
   dc.tensor_parallel = o.tensor_parallel;
   if (o.tensor_parallel > 1) {
     // Names of the ranks' all-reduce groups (one per load attempt).

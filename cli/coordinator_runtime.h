@@ -29,7 +29,10 @@ struct CoordinatorOptions {
   double gpu_memory_budget_gb = 0;    // resident weight bytes on the gpu_worker; 0: all
   int gpu_expert_cache = 0;           // expert cache slots per MoE layer; 0: off
   double cpu_ffn_fraction = 0;        // dense MLP rows on the gpu_worker's CPU; 0: none
-  int64_t prefill_gpu_tokens = 0;     // ScheInfer's n_g: prefill rows whose CC part runs on the GPU
+  // ScheInfer's n_g: prefill rows whose CC part runs on the GPU; a number,
+  // or "auto" (re-solved per prefill step from --hardware's profile).
+  std::string prefill_gpu_tokens = "0";
+  std::string hardware;               // hardware profile JSON (for auto n_g)
   std::string rings;                  // shared-memory ring prefix for the cpu_worker
   int64_t max_model_len = 0;
   int64_t max_num_seqs = 16;

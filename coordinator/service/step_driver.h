@@ -96,6 +96,11 @@ struct StepDriverConfig {
   // With tensor_parallel > 1: the POSIX shm name prefix ("/tandem-...") of
   // the groups' all-reduce segments (the host device's communicator).
   std::string tp_group_prefix;
+  // ScheInfer's n_g re-solved for each step that holds a prefill, from the
+  // step's token count (planner/scheinfer/prefill_assignment.h); sent in
+  // StepPlan.prefill_gpu_tokens. Null: the load-time value stands. A
+  // failure is logged and the step goes without.
+  std::function<absl::StatusOr<int64_t>(int64_t tokens)> prefill_gpu_tokens;
 };
 
 class StepDriver final : public WorkerListener {

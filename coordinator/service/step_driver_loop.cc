@@ -265,6 +265,23 @@ proto::StepPlan StepDriver::BuildPlan(const sched::StepPlan& plan) {
   }
   out.mutable_free_seq_ids()->Add(pending_free_.begin(), pending_free_.end());
   pending_free_.clear();
+  if (config_.prefill_gpu_tokens) {
+    int64_t tokens = 0;
+    bool prefill = false;
+    for (const sched::ScheduledChunk& c : plan.chunks) {
+      tokens += static_cast<int64_t>(c.tokens.size());
+      prefill = prefill || c.tokens.size() > 1;
+    }
+    if (prefill) {
+      absl::StatusOr<int64_t> n_g = config_.prefill_gpu_tokens(tokens);
+      if (n_g.ok()) {
+        out.set_prefill_gpu_tokens(*n_g);
+      } else {
+        Log(absl::StrCat("prefill token assignment for ", tokens,
+                         " tokens: ", n_g.status().ToString()));
+      }
+    }
+  }
   return out;
 }
 

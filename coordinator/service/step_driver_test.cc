@@ -352,5 +352,45 @@ TEST_F(StepDriverTest, CallbackMaySubmitAndAbort) {
   EXPECT_EQ(events_.Get(follow_up.load()).tokens, Expected(Prompt(4), 2));
 }
 
+// ScheInfer's n_g, re-solved per step: a step holding a prefill carries
+// the answer for its token count, a decode-only step carries none (the
+// worker keeps its value, which decode does not use).
+TEST_F(StepDriverTest, PrefillStepsCarryTheirTokenAssignment) {
+  StepDriverConfig config = BaseConfig();
+  std::vector<int64_t> asked;
+  config.prefill_gpu_tokens = [&asked](int64_t tokens) -> absl::StatusOr<int64_t> {
+    asked.push_back(tokens);
+    return tokens / 2;
+  };
+  StartCoordinator(config);
+  testing::FakeWorkerServer* w = AddWorker();
+  const int64_t id = Submit(Prompt(6), Greedy(3));
+  ASSERT_TRUE(events_.WaitDone(id));
+  const std::vector<proto::StepPlan> plans = w->worker().plans();
+  ASSERT_EQ(plans.size(), 3u);
+  ASSERT_TRUE(plans[0].has_prefill_gpu_tokens());
+  EXPECT_EQ(plans[0].prefill_gpu_tokens(), 3);
+  EXPECT_FALSE(plans[1].has_prefill_gpu_tokens());
+  EXPECT_FALSE(plans[2].has_prefill_gpu_tokens());
+  EXPECT_EQ(asked, std::vector<int64_t>{6});
+}
+
+// A failing solve is logged and the step runs without one.
+TEST_F(StepDriverTest, AFailedTokenAssignmentLeavesTheStepAlone) {
+  StepDriverConfig config = BaseConfig();
+  config.prefill_gpu_tokens = [](int64_t) -> absl::StatusOr<int64_t> {
+    return absl::InternalError("no solve");
+  };
+  StartCoordinator(config);
+  testing::FakeWorkerServer* w = AddWorker();
+  const std::vector<int32_t> prompt = Prompt(5);
+  const int64_t id = Submit(prompt, Greedy(2));
+  ASSERT_TRUE(events_.WaitDone(id));
+  EXPECT_EQ(events_.Get(id).tokens, Expected(prompt, 2));
+  for (const proto::StepPlan& plan : w->worker().plans()) {
+    EXPECT_FALSE(plan.has_prefill_gpu_tokens());
+  }
+}
+
 }  // namespace
 }  // namespace tandem::coord

@@ -79,17 +79,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
   TANDEM_ASSIGN_OR_RETURN(e->weights_, ModelWeights::Load(*ckpt, options.compute, tp,
                                                          options.remote_experts,
                                                          options.cpu_ffn_rows));
-  if (options.prefill_gpu_tokens < 0) {
-    return absl::InvalidArgumentError("engine options: prefill_gpu_tokens must not be negative");
-  }
-  if (options.prefill_gpu_tokens > 0 &&
-      std::none_of(e->weights_.layers.begin(), e->weights_.layers.end(),
-                   [](const LayerWeights& l) { return l.mlp_cpu.gate.rows() > 0; })) {
-    return absl::InvalidArgumentError(
-        "engine options: prefill_gpu_tokens assigns the CC rows' prefill tokens; without "
-        "cpu_ffn_rows there are none");
-  }
-  e->prefill_gpu_tokens_ = options.prefill_gpu_tokens;
+  TANDEM_RETURN_IF_ERROR(e->SetPrefillGpuTokens(options.prefill_gpu_tokens));
   e->max_context_ = options.max_context > 0 ? options.max_context
                                             : std::min<int64_t>(c.max_position, 8192);
   // Sliding-window attention equals full attention while a sequence fits in
@@ -287,6 +277,18 @@ absl::Status Engine::Ffn(int64_t l, const LayerWeights& lw, int64_t rows) {
   if (lw.moe) return Moe(l, lw, rows);
   if (lw.mlp_cpu.gate.rows() > 0) return SplitMlp(lw, rows);
   return dev_->Mlp(lw.mlp, h_.data(), rows, out_.data());
+}
+
+absl::Status Engine::SetPrefillGpuTokens(int64_t n) {
+  if (n < 0) return absl::InvalidArgumentError("prefill_gpu_tokens must not be negative");
+  if (n > 0 && std::none_of(weights_.layers.begin(), weights_.layers.end(),
+                            [](const LayerWeights& l) { return l.mlp_cpu.gate.rows() > 0; })) {
+    return absl::InvalidArgumentError(
+        "prefill_gpu_tokens assigns the prefill tokens of the CC rows (cpu_ffn_rows); this "
+        "model has none");
+  }
+  prefill_gpu_tokens_ = n;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ops::MlpWeights> Engine::StageCcWeights(const LayerWeights& lw) {

@@ -132,6 +132,11 @@ class Engine {
   // such chunks are FailedPrecondition). Set before the first Step.
   void SetAttentionOffload(AttentionOffload* offload) { attn_offload_ = offload; }
 
+  // ScheInfer's n_g from now on (EngineOptions.prefill_gpu_tokens; the
+  // coordinator re-solves it for each prefill). InvalidArgument if negative,
+  // or positive without CC rows.
+  absl::Status SetPrefillGpuTokens(int64_t n);
+
   // Forgets a sequence and returns its KV blocks (on the attention offload
   // for a cpu_attention sequence).
   void FreeSequence(int64_t seq_id);

@@ -80,6 +80,9 @@ absl::StatusOr<proto::StepResult> StepExecutor::Run(const proto::StepPlan& plan)
   result.set_step(plan.step());
   if (plan.sequences().empty()) return result;
   TANDEM_RETURN_IF_ERROR(Validate(plan));
+  if (plan.has_prefill_gpu_tokens()) {
+    TANDEM_RETURN_IF_ERROR(engine_->SetPrefillGpuTokens(plan.prefill_gpu_tokens()));
+  }
 
   std::vector<SequenceChunk> batch;
   batch.reserve(static_cast<size_t>(plan.sequences_size()));

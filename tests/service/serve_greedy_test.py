@@ -93,6 +93,13 @@ def main():
         # of each prefill's first 4 tokens on the device (CG').
         placements.append(("cpu-ffn-half+prefill-gpu-4",
                            ["--cpu-ffn-fraction", "0.5", "--prefill-gpu-tokens", "4"]))
+        # n_g re-solved by the coordinator for each prefill step, from a
+        # shipped hardware profile.
+        profile = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                               "coordinator", "planner", "profiles", "a10g.json")
+        placements.append(("cpu-ffn-half+prefill-gpu-auto",
+                           ["--cpu-ffn-fraction", "0.5", "--prefill-gpu-tokens", "auto",
+                            "--hardware", profile]))
     if experts:  # CPU attention on the first of two cpu_workers sharing the experts
         placements.append(("cpu-kv+experts-on-2-workers",
                            cpu_kv + ["--cpu-experts", "all", "--cpu-workers", "2"]))
@@ -140,8 +147,8 @@ def main():
                              and counts.get("hits", -1) + counts.get("misses", -1)
                              == counts["activations"] and counts.get("cpu_computed", 0) > 0,
                              str(counts))
-            no_cpu_worker = (placement in ("none", "expert-cache-1", "cpu-ffn-half",
-                                           "cpu-ffn-half+prefill-gpu-4")
+            no_cpu_worker = (placement in ("none", "expert-cache-1")
+                             or placement.startswith("cpu-ffn-half")
                              or placement.startswith("tensor-parallel"))
             if not no_cpu_worker:
                 want = 3 if "3-workers" in placement else 2 if "2-workers" in placement else 1
