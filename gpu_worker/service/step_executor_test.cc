@@ -159,6 +159,13 @@ TEST(StepExecutor, RejectsBadPlansWithoutRunning) {
   EXPECT_EQ(bad(s), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad(Seq(1, {1 << 30}, 0, true)), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad(Seq(1, {1}, 3, true)), absl::StatusCode::kInvalidArgument);
+  // An n_g for a model without CC rows, or a negative one.
+  for (int64_t n_g : {int64_t{4}, int64_t{-1}}) {
+    proto::StepPlan p;
+    *p.add_sequences() = Seq(1, {1, 2}, 0, true);
+    p.set_prefill_gpu_tokens(n_g);
+    EXPECT_EQ(ex.Run(p).status().code(), absl::StatusCode::kInvalidArgument) << n_g;
+  }
   EXPECT_EQ(ex.engine().SequenceLength(1), 0);
 }
 
