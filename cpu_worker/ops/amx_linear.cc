@@ -12,13 +12,7 @@
 
 #include "common/status_macros.h"
 #include "cpu_worker/ops/cpu_features.h"
-
-// See gemv.cc: GCC 12's AVX-512 headers trip -Wmaybe-uninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "cpu_worker/ops/intrinsics.h"
 
 namespace tandem::ops::internal {
 namespace {

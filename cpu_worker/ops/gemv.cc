@@ -1,16 +1,5 @@
 #include "cpu_worker/ops/gemv.h"
 
-// GCC 12's AVX-512 headers build their "undefined" operands from
-// self-initialised locals, which -W(maybe-)uninitialized reports wherever
-// the intrinsics are inlined into a function with a target attribute (GCC
-// PR 105593). The reports point into the header, so silencing them around
-// its inclusion silences exactly those.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -18,6 +7,7 @@
 
 #include "common/status_macros.h"
 #include "cpu_worker/ops/cpu_features.h"
+#include "cpu_worker/ops/intrinsics.h"
 
 namespace tandem::ops::internal {
 namespace {

@@ -6,12 +6,6 @@
 // (kColdBytes) that every pass reads it from DRAM, not from the L3 cache,
 // which on servers holds a 4096 x 4096 matrix; compare them with
 // BM_ReadBandwidth. OMP_NUM_THREADS sets the thread count.
-// See gemv.cc: GCC 12's AVX-512 headers trip -Wuninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +20,7 @@
 #include "cpu_worker/ops/amx_linear.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv.h"
+#include "cpu_worker/ops/intrinsics.h"
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/onednn_matmul.h"
 #include "cpu_worker/ops/quant_gemv.h"

@@ -6,16 +6,10 @@
 // dot product is exact and costs one instruction per 64 weights.
 #include "cpu_worker/ops/quant_gemv_kernels.h"
 
-// See gemv.cc: GCC 12's AVX-512 headers trip -Wmaybe-uninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <type_traits>
 
 #include "common/quant.h"
+#include "cpu_worker/ops/intrinsics.h"
 
 namespace tandem::ops::internal::quant {
 namespace {
