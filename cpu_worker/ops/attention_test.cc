@@ -28,6 +28,14 @@ std::string CaseName(const Case& c) {
                       c.q_scale);
 }
 
+// n values drawn from N(0, scale^2).
+std::vector<float> Normal(std::mt19937& rng, int64_t n, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
 // A paged cache whose blocks are filled with NaN: reading a slot that was
 // never written poisons the output.
 struct PagedCache {
@@ -72,11 +80,8 @@ TEST(AttentionTest, PagedMatchesReference) {
     const int64_t heads = c.kv_heads * c.group;
     const int64_t total = c.first_pos + c.n;
     const int64_t row = c.kv_heads * c.head_dim;
-    std::vector<float> k(static_cast<size_t>(total * row)), v(k.size());
-    for (auto& x : k) x = dist(rng);
-    for (auto& x : v) x = dist(rng);
-    std::vector<float> q(static_cast<size_t>(c.n * heads * c.head_dim));
-    for (auto& x : q) x = dist(rng) * c.q_scale;
+    const std::vector<float> k = Normal(rng, total * row), v = Normal(rng, total * row);
+    const std::vector<float> q = Normal(rng, c.n * heads * c.head_dim, c.q_scale);
 
     PagedCache pc = MakeCache(c, total, rng);
     // The earlier part of the sequence arrives in random pieces (prefill
@@ -187,11 +192,8 @@ DecodeBatch MakeDecodeBatch(const DecodeShape& s, const std::vector<int64_t>& le
     b.tables.emplace_back(ids.begin() + static_cast<ptrdiff_t>(next),
                           ids.begin() + static_cast<ptrdiff_t>(next + blocks));
     next += blocks;
-    std::vector<float> k(static_cast<size_t>(len * row)), v(k.size());
-    for (auto& x : k) x = dist(rng);
-    for (auto& x : v) x = dist(rng);
-    std::vector<float> q(static_cast<size_t>(heads * s.head_dim));
-    for (auto& x : q) x = dist(rng) * q_scale;
+    std::vector<float> k = Normal(rng, len * row), v = Normal(rng, len * row);
+    std::vector<float> q = Normal(rng, heads * s.head_dim, q_scale);
     WriteKv(b.layer, b.tables.back().data(), 0, len, k.data(), v.data());
     b.k.push_back(std::move(k));
     b.v.push_back(std::move(v));
@@ -389,17 +391,13 @@ TEST(AttentionTest, PrefillTokensEqualDecodeQueriesAtTheirPositions) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(absl::StrCat("seed ", seed));
   std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
   const Case c{2, 4, 64, 16, 40, 70, 1.0f};
   const int64_t heads = c.kv_heads * c.group;
   const int64_t total = c.first_pos + c.n;
   const int64_t row = c.kv_heads * c.head_dim;
-  std::vector<float> k(static_cast<size_t>(total * row)), v(k.size());
-  for (auto& x : k) x = dist(rng);
-  for (auto& x : v) x = dist(rng);
+  const std::vector<float> k = Normal(rng, total * row), v = Normal(rng, total * row);
   const int64_t qrow = heads * c.head_dim;
-  std::vector<float> q(static_cast<size_t>(c.n * qrow));
-  for (auto& x : q) x = dist(rng);
+  const std::vector<float> q = Normal(rng, c.n * qrow);
   PagedCache pc = MakeCache(c, total, rng);
   WriteKv(pc.layer, pc.table.data(), 0, total, k.data(), v.data());
   const float scale = 0.125f;
