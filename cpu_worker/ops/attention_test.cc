@@ -68,7 +68,6 @@ TEST(AttentionTest, PagedMatchesReference) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(absl::StrCat("seed ", seed));
   std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
   const Case cases[] = {
       {1, 1, 64, 16, 0, 1, 1.0f},    {2, 1, 64, 16, 0, 17, 1.0f},    {2, 3, 24, 5, 37, 3, 1.0f},
       {1, 4, 128, 16, 100, 1, 1.0f}, {2, 4, 128, 16, 100, 64, 1.0f}, {3, 3, 80, 1, 9, 17, 1.0f},
@@ -185,7 +184,6 @@ DecodeBatch MakeDecodeBatch(const DecodeShape& s, const std::vector<int64_t>& le
   std::vector<int32_t> ids(static_cast<size_t>(pool));
   for (int64_t i = 0; i < pool; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
   std::shuffle(ids.begin(), ids.end(), rng);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
   size_t next = 0;
   for (int64_t len : lens) {
     const size_t blocks = static_cast<size_t>((len + s.block_size - 1) / s.block_size);
