@@ -35,6 +35,32 @@ experts::ExpertCosts ExpertCache::DefaultCosts(int64_t expert_bytes, int64_t flo
   return c;
 }
 
+experts::ExpertCosts ExpertCache::CostsFromProfile(const HardwareProfile& hw, int64_t expert_bytes,
+                                                   int64_t flops_per_token) {
+  // DefaultCosts' figures, for what the profile lacks.
+  constexpr double kHbm = 2e12, kGpuFlops = 100e12, kCpuFlops = 200e9, kLink = 25e9;
+  const double bytes = static_cast<double>(expert_bytes);
+  const double flops = static_cast<double>(flops_per_token);
+  auto or_default = [](double v, double d) { return v > 0 ? v : d; };
+  const double hbm = or_default(hw.gpu.memory_bandwidth, kHbm);
+  const double gpu_flops = or_default(hw.gpu.bf16_flops, kGpuFlops);
+  const double launch = hw.gpu.launch_overhead_s;
+  // Without a CPU bandwidth figure the CPU side is compute-only, as in
+  // DefaultCosts.
+  const double cpu_read_s = hw.cpu.memory_bandwidth > 0 ? bytes / hw.cpu.memory_bandwidth : 0;
+  const double cpu_flops = or_default(hw.cpu.bf16_flops, or_default(hw.cpu.f32_flops, kCpuFlops));
+  const double cpu_fixed = hw.cpu.op_overhead_s;
+  experts::ExpertCosts c;
+  c.gpu_compute_s = [=](int64_t t) {
+    return launch + std::max(bytes / hbm, flops * static_cast<double>(t) / gpu_flops);
+  };
+  c.cpu_compute_s = [=](int64_t t) {
+    return cpu_fixed + std::max(cpu_read_s, flops * static_cast<double>(t) / cpu_flops);
+  };
+  c.transfer_s = hw.link.h2d_latency_s + bytes / or_default(hw.link.h2d_bandwidth, kLink);
+  return c;
+}
+
 absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(
     const ModelConfig& config, const std::vector<LayerWeights>& layers, Device& device,
     CopyEngine& copies, const ExpertCacheOptions& options) {
@@ -75,7 +101,8 @@ absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(
   TANDEM_ASSIGN_OR_RETURN(ExpertResidency residency, ExpertResidency::Create(ro));
   experts::ExpertCosts costs = options.costs;
   if (costs.gpu_compute_s == nullptr || costs.cpu_compute_s == nullptr) {
-    costs = DefaultCosts(expert_bytes, flops);
+    costs = options.profile.has_value() ? CostsFromProfile(*options.profile, expert_bytes, flops)
+                                        : DefaultCosts(expert_bytes, flops);
   }
   auto c = std::unique_ptr<ExpertCache>(
       new ExpertCache(layers, device, copies, std::move(residency), std::move(costs)));

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -29,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/experts/expert_split.h"
+#include "common/hardware_profile.h"
 #include "common/model_config.h"
 #include "cpu_worker/ops/mlp.h"
 #include "gpu_worker/engine/copy_engine.h"
@@ -45,8 +47,11 @@ struct ExpertCacheOptions {
   int prefetch_budget = 1;     // experts of the next layer prefetched per layer
   // The split's cost model per expert (HybriMoE): GPU and CPU compute time
   // for a number of tokens, and one expert's transfer. Null functions take
-  // ExpertCache::DefaultCosts.
+  // ExpertCache::DefaultCosts, or CostsFromProfile where `profile` is set.
   experts::ExpertCosts costs;
+  // Measured figures of the machine (the device's GPU and link sections,
+  // the host's CPU section): the costs come from them when `costs` is null.
+  std::optional<HardwareProfile> profile;
 };
 
 class ExpertCache {
@@ -63,6 +68,17 @@ class ExpertCache {
   static experts::ExpertCosts DefaultCosts(int64_t expert_bytes, int64_t flops_per_token,
                                            double link_gbs = 25, double gpu_tflops = 100,
                                            double cpu_gflops = 200);
+  // HybriMoE's cost model from measured figures (each side a roofline plus
+  // its fixed cost):
+  //   GPU(t)   = launch + max(bytes / gpu.memory_bandwidth, flops·t / gpu.bf16_flops)
+  //   CPU(t)   = op_overhead + max(bytes / cpu.memory_bandwidth, flops·t / cpu.bf16_flops)
+  //   transfer = h2d_latency + bytes / link.h2d_bandwidth
+  // A figure the profile lacks (0) takes DefaultCosts' value for that term;
+  // the CPU's f32 rate stands in for a missing bf16 rate.
+  static experts::ExpertCosts CostsFromProfile(const HardwareProfile& hw, int64_t expert_bytes,
+                                               int64_t flops_per_token);
+  // The cost model the split uses.
+  const experts::ExpertCosts& costs() const { return costs_; }
 
   // Plans layer `layer` of this step from ids [tokens, top_k] and their
   // routing weights as the router chose them, after the prefetches into

@@ -155,6 +155,58 @@ TEST(ExpertCacheOptionsTest, BadCombinationsAreRefused) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// HybriMoE's cost model from measured figures, each term worked out:
+// a 10 MB expert, 20 MFLOP per token.
+TEST(ExpertCacheCostsTest, FromAProfileEachSideIsItsRoofline) {
+  HardwareProfile hw;
+  hw.gpu.count = 1;
+  hw.gpu.memory_bandwidth = 1e12;   // 10 MB in 10 us
+  hw.gpu.bf16_flops = 100e12;       // 20 MFLOP in 0.2 us per token
+  hw.gpu.launch_overhead_s = 5e-6;
+  hw.cpu.memory_bandwidth = 50e9;   // 10 MB in 200 us
+  hw.cpu.bf16_flops = 1e12;         // 20 MFLOP in 20 us per token
+  hw.cpu.op_overhead_s = 10e-6;
+  hw.link.h2d_bandwidth = 25e9;     // 10 MB in 400 us
+  hw.link.h2d_latency_s = 10e-6;
+  const experts::ExpertCosts c = ExpertCache::CostsFromProfile(hw, 10'000'000, 20'000'000);
+  // GPU: 5 us + max(10 us, 0.2 us · t): memory-bound until t = 50.
+  EXPECT_NEAR(c.gpu_compute_s(1), 15e-6, 1e-12);
+  EXPECT_NEAR(c.gpu_compute_s(100), 5e-6 + 20e-6, 1e-12);
+  // CPU: 10 us + max(200 us, 20 us · t): memory-bound until t = 10.
+  EXPECT_NEAR(c.cpu_compute_s(1), 210e-6, 1e-12);
+  EXPECT_NEAR(c.cpu_compute_s(20), 10e-6 + 400e-6, 1e-12);
+  // Link: 10 us + 400 us.
+  EXPECT_NEAR(c.transfer_s, 410e-6, 1e-12);
+
+  // Missing figures take the default model's: compute-only CPU at 200
+  // GFLOP/s, a 25 GB/s link, no fixed costs.
+  const experts::ExpertCosts d = ExpertCache::CostsFromProfile(HardwareProfile{}, 10'000'000,
+                                                               20'000'000);
+  const experts::ExpertCosts want = ExpertCache::DefaultCosts(10'000'000, 20'000'000);
+  for (int64_t t : {1, 7, 1000}) {
+    EXPECT_DOUBLE_EQ(d.gpu_compute_s(t), want.gpu_compute_s(t)) << t;
+    EXPECT_DOUBLE_EQ(d.cpu_compute_s(t), want.cpu_compute_s(t)) << t;
+  }
+  EXPECT_DOUBLE_EQ(d.transfer_s, want.transfer_s);
+}
+
+// An engine given a profile splits by it: the cache's model is the
+// profile's, for the model's expert size.
+TEST(ExpertCacheCostsTest, TheEngineUsesTheProfileItIsGiven) {
+  auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/mixtral_f32");
+  ASSERT_TRUE(ckpt.ok());
+  HardwareProfile hw;
+  hw.cpu.op_overhead_s = 1.0;  // a CPU expert costs at least a second
+  EngineOptions o;
+  o.expert_cache.capacity_per_layer = 1;
+  o.expert_cache.profile = hw;
+  auto e = Engine::Create(std::move(*ckpt), o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_NE((*e)->expert_cache(), nullptr);
+  EXPECT_GE((*e)->expert_cache()->costs().cpu_compute_s(1), 1.0);
+  EXPECT_LT((*e)->expert_cache()->costs().gpu_compute_s(1), 1.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(MoeModels, ExpertCacheEngine,
                          ::testing::Values("mixtral_f32", "qwen2_moe_f32",
                                            "qwen3_moe_f32", "olmoe_f32",

@@ -1,11 +1,14 @@
 #include "gpu_worker/service/model_loader.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "common/shm/expert_weight_store.h"
 #include "common/status_macros.h"
+#include "cpu_worker/perf/host_profile.h"
 #include "gpu_worker/engine/shm_all_reduce.h"
 #include "gpu_worker/engine/sharded_expert_offload.h"
 #include "gpu_worker/engine/tensor_parallel.h"
@@ -13,6 +16,27 @@
 
 namespace tandem {
 namespace {
+
+// The figures HybriMoE's split weighs, measured: the device's own (its
+// memory, GEMMs and link) and the host CPU's (cached per machine). Only for
+// a device that measures itself (a GPU); on the host device both sides are
+// the same cores and the split's default model stands. A measurement that
+// fails is reported and the default model stands too: the split's choices
+// change, its results do not.
+std::optional<HardwareProfile> MeasuredExpertCosts(const WorkerDevice& device) {
+  if (device.measure == nullptr) return std::nullopt;
+  HardwareProfile hw;
+  absl::Status s = device.measure(&hw);
+  absl::StatusOr<HardwareProfile> host =
+      s.ok() ? perf::LoadOrMeasureHostProfile() : absl::StatusOr<HardwareProfile>(s);
+  if (!host.ok()) {
+    std::fprintf(stderr, "gpu_worker: expert cache costs from defaults: %s\n",
+                 host.status().ToString().c_str());
+    return std::nullopt;
+  }
+  hw.cpu = host->cpu;
+  return hw;
+}
 
 constexpr int64_t kDefaultBlockSize = 16;
 constexpr int64_t kDefaultSequences = 4;
@@ -224,6 +248,7 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
   if (req.expert_cache_slots() == 0) eo.remote_experts = remote;
   eo.device = device.make;
   eo.expert_cache.capacity_per_layer = req.expert_cache_slots();
+  if (req.expert_cache_slots() > 0) eo.expert_cache.profile = MeasuredExpertCosts(device);
   eo.cpu_ffn_rows.assign(req.cpu_ffn_rows().begin(), req.cpu_ffn_rows().end());
   eo.prefill_gpu_tokens = req.prefill_gpu_tokens();
   const int64_t max_sequences = eo.max_sequences;
