@@ -11,6 +11,7 @@
 #include "cli/plan_command.h"
 #include "cli/gpu_worker_command.h"
 #include "cli/serve_command.h"
+#include "cpu_worker/ops/amx_linear.h"
 
 int main(int argc, char** argv) {
   tandem::cli::EnsurePassiveOpenMpWait(argv);
@@ -35,6 +36,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);  // CLI11 reports bad flags through exceptions; they stop here
   }
+  // The AMX probe forks a child: do it while this process is small and has
+  // no threads beyond OpenMP's, not at the first decode batch after the
+  // weights are mapped (a fork then copies their page tables, and a strict
+  // overcommit policy could refuse it).
+  if (!plan_cmd->parsed()) tandem::ops::internal::AmxUsable();
   if (serve_cmd->parsed()) return tandem::cli::RunServe(serve);
   if (coord_cmd->parsed()) return tandem::cli::RunCoordinator(coord);
   if (generate->parsed()) return tandem::cli::RunGenerate(gen);
