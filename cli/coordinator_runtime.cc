@@ -288,7 +288,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
   p->served_name = o.served_model_name.empty() ? o.model : o.served_model_name;
   p->metrics = std::make_unique<frontend::Metrics>(p->served_name);
   dc.on_step = [m = p->metrics.get()](const coord::StepStats& s) {
-    if (s.ok) m->ObserveWorkerStep("gpu_worker", s.worker_seconds);
+    if (!s.ok) return;
+    m->ObserveWorkerStep("gpu_worker", s.worker_seconds);
+    m->AddPrefillGpuRows(s.prefill_gpu_rows);
   };
   TANDEM_ASSIGN_OR_RETURN(p->driver, coord::StepDriver::Create(std::move(dc)));
   p->registry->SetListener(p->driver.get());

@@ -125,6 +125,12 @@ Metrics::Metrics(std::string model_name)
                              "prefetch_issued, prefetch_used, prefetch_wasted, gpu_computed, "
                              "cpu_computed.")
                        .Register(r);
+  prefill_gpu_rows_ = &prometheus::BuildCounter()
+                           .Name("tandem_prefill_gpu_rows_total")
+                           .Help("Prefill rows whose CPU-side MLP rows ran on the GPU from a copy "
+                                 "of their weights (ScheInfer's token assignment n_g).")
+                           .Register(r)
+                           .Add(model);
   worker_step_ = &prometheus::BuildHistogram()
                       .Name("tandem_worker_step_seconds")
                       .Help("Time of one step on each worker in seconds.")
@@ -188,6 +194,10 @@ void Metrics::SetExpertCacheEvent(std::string_view event, int64_t count) {
 void Metrics::ObserveWorkerStep(std::string_view worker, double seconds) {
   worker_step_->Add({{"worker", std::string(worker)}}, StepBuckets())
       .Observe(seconds);
+}
+
+void Metrics::AddPrefillGpuRows(int64_t n) {
+  if (n > 0) prefill_gpu_rows_->Increment(static_cast<double>(n));
 }
 
 void Metrics::SetCollectHook(std::function<void()> hook) {

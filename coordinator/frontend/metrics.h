@@ -8,7 +8,9 @@
 //     tandem_worker_step_seconds{worker}
 //   counters vllm:prompt_tokens_total, vllm:generation_tokens_total,
 //     vllm:request_success_total{finished_reason},
-//     tandem_http_requests_total{endpoint,code}
+//     tandem_http_requests_total{endpoint,code},
+//     tandem_prefill_gpu_rows_total (prefill rows whose CPU-side MLP rows
+//     ran on the GPU instead: ScheInfer's token assignment n_g)
 //   gauges vllm:num_requests_running, vllm:num_requests_waiting,
 //     vllm:kv_cache_usage_perc (0..1), tandem_kv_blocks_used{pool},
 //     tandem_kv_blocks_total{pool}, tandem_http_requests_in_flight,
@@ -63,6 +65,7 @@ class Metrics {
   void SetKvBlocks(std::string_view pool, int64_t used, int64_t total);
   void SetExpertCacheEvent(std::string_view event, int64_t count);
   void ObserveWorkerStep(std::string_view worker, double seconds);
+  void AddPrefillGpuRows(int64_t n);
 
   // Called at the start of every scrape (e.g. to refresh gauges lazily).
   void SetCollectHook(std::function<void()> hook);
@@ -94,6 +97,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* kv_blocks_total_;
   prometheus::Family<prometheus::Gauge>* expert_cache_;
   prometheus::Family<prometheus::Histogram>* worker_step_;
+  prometheus::Counter* prefill_gpu_rows_;
 
   std::mutex hook_mu_;
   std::function<void()> hook_;

@@ -46,6 +46,7 @@ struct StepStats {
   int64_t num_decode_tokens = 0;
   double wall_seconds = 0.0;    // the Step RPC, as the driver timed it
   double worker_seconds = 0.0;  // StepResult.step_seconds
+  int64_t prefill_gpu_rows = 0;  // StepResult.prefill_gpu_rows (ScheInfer's n_g)
   bool ok = true;               // false: the step failed
 };
 

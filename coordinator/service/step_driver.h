@@ -178,7 +178,7 @@ class StepDriver final : public WorkerListener {
   void FailStep(const sched::StepPlan& plan, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordStep(const sched::StepPlan& plan, double wall_seconds,
-                  double worker_seconds, bool ok)
+                  double worker_seconds, bool ok, int64_t prefill_gpu_rows = 0)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Bookkeeping (step_driver.cc).

@@ -373,7 +373,7 @@ void StepDriver::RunStep() {
     FailStep(plan, s);
     return;
   }
-  RecordStep(plan, wall, result.step_seconds(), /*ok=*/true);
+  RecordStep(plan, wall, result.step_seconds(), /*ok=*/true, result.prefill_gpu_rows());
   if (result.has_expert_cache()) {
     const proto::ExpertCacheCounters& c = result.expert_cache();
     metrics_.expert_cache = {{"activations", c.activations()},
@@ -438,7 +438,7 @@ void StepDriver::FailStep(const sched::StepPlan& plan,
 }
 
 void StepDriver::RecordStep(const sched::StepPlan& plan, double wall_seconds,
-                            double worker_seconds, bool ok) {
+                            double worker_seconds, bool ok, int64_t prefill_gpu_rows) {
   StepStats s;
   s.step_id = plan.step_id;
   s.num_sequences = static_cast<int64_t>(plan.chunks.size());
@@ -449,6 +449,7 @@ void StepDriver::RecordStep(const sched::StepPlan& plan, double wall_seconds,
   }
   s.wall_seconds = wall_seconds;
   s.worker_seconds = worker_seconds;
+  s.prefill_gpu_rows = prefill_gpu_rows;
   s.ok = ok;
   if (ok) {
     ++metrics_.num_steps;

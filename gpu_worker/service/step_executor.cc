@@ -110,6 +110,7 @@ absl::StatusOr<proto::StepResult> StepExecutor::Run(const proto::StepPlan& plan)
     }
     if (s.sample()) SampleInto(r.Row(i), s, out);
   }
+  result.set_prefill_gpu_rows(r.prefill_gpu_rows);
   if (const ExpertCache* cache = engine_->expert_cache(); cache != nullptr) {
     const LayerResidencyStats t = cache->residency().Stats().total;
     proto::ExpertCacheCounters* c = result.mutable_expert_cache();

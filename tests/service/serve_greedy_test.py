@@ -94,9 +94,10 @@ def main():
         placements.append(("cpu-ffn-half+prefill-gpu-4",
                            ["--cpu-ffn-fraction", "0.5", "--prefill-gpu-tokens", "4"]))
         # n_g re-solved by the coordinator for each prefill step, from a
-        # shipped hardware profile.
-        profile = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                               "coordinator", "planner", "profiles", "a10g.json")
+        # test profile whose CPU is slow enough that Eq. 15 sends rows to the
+        # device even for these tiny models.
+        profile = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                               "profiles", "slow_cpu.json")
         placements.append(("cpu-ffn-half+prefill-gpu-auto",
                            ["--cpu-ffn-fraction", "0.5", "--prefill-gpu-tokens", "auto",
                             "--hardware", profile]))
@@ -134,6 +135,16 @@ def main():
                                  status == 200 and ids == case["continuation"] and done
                                  and finish == "length",
                                  f"{status} {ids} {done} {finish}")
+            if placement.startswith("cpu-ffn-half+prefill-gpu"):
+                status, text = serve.get_text("/metrics")
+                m = re.search(r'tandem_prefill_gpu_rows_total\{[^}]*\} (\S+)', text)
+                rows = float(m.group(1)) if m else -1
+                # Each prefill step gives the device its first 4 rows (fixed
+                # n_g), or what Eq. 15 solves (auto, on a CPU slow enough
+                # that it solves for some): at least one step did.
+                checks.check(f"[{placement}] /metrics counts the prefill rows whose CPU "
+                             f"rows ran on the device ({rows})",
+                             status == 200 and rows >= 4, text[-400:])
             if placement.startswith("tensor-parallel"):
                 checks.check(f"[{placement}] 2 gpu_workers started",
                              len(serve.child_pids("gpu_worker")) == 2, serve.log())
