@@ -191,7 +191,12 @@ TEST_P(QuantLinearTest, KernelsMatchReference) {
         const double rel =
             ExpectWithin(x, s.m, w.deq, s.n, s.k, b, y, 1e-5, rounding, what + " vs reference");
         // Overall, the independent rounding errors average out: ~0.3%.
-        if (s.m * s.n >= 64) {
+        // Only where there are many of them: the activations round per
+        // block of 32 with one scale each, so with few blocks (m = 2, k =
+        // 32: two scales for all 64 outputs) the error of a whole row moves
+        // together, and 1% is within its spread (seed 2847965995 gave
+        // 1.0025% there). The per-element bound above holds for every shape.
+        if (s.m * s.n >= 64 && s.m * (s.k / 32) >= 16) {
           EXPECT_LT(rel, 1e-2) << what;
         }
         if (!with_bias) {
