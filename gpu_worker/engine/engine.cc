@@ -295,21 +295,22 @@ absl::StatusOr<ops::MlpWeights> Engine::StageCcWeights(const LayerWeights& lw) {
   const ops::MlpWeights& cc = lw.mlp_cpu;
   if (dev_->host_memory()) return cc;  // the device reads host memory
   const ops::LinearWeight* parts[3] = {&cc.gate, &cc.up, &cc.down};
-  size_t total = 0;
-  for (const ops::LinearWeight* w : parts) total += (static_cast<size_t>(w->nbytes()) + 255) / 256 * 256;
+  auto aligned = [](const ops::LinearWeight* w) {
+    return (static_cast<size_t>(w->nbytes()) + 255) / 256 * 256;
+  };
+  const size_t total = aligned(parts[0]) + aligned(parts[1]) + aligned(parts[2]);
   if (cg_prime_ == nullptr || cg_prime_->size() < total) {
     cg_prime_.reset();
     TANDEM_ASSIGN_OR_RETURN(cg_prime_, dev_->Allocate(total));
   }
   ops::MlpWeights staged = cc;
   ops::LinearWeight* out[3] = {&staged.gate, &staged.up, &staged.down};
-  auto* base = static_cast<uint8_t*>(cg_prime_->data());
-  size_t at = 0;
+  uint8_t* at = static_cast<uint8_t*>(cg_prime_->data());
   for (int i = 0; i < 3; ++i) {
     TANDEM_RETURN_IF_ERROR(
-        dev_->CopyToDevice(parts[i]->data(), static_cast<size_t>(parts[i]->nbytes()), base + at));
-    *out[i] = parts[i]->WithData(base + at);
-    at += (static_cast<size_t>(parts[i]->nbytes()) + 255) / 256 * 256;
+        dev_->CopyToDevice(parts[i]->data(), static_cast<size_t>(parts[i]->nbytes()), at));
+    *out[i] = parts[i]->WithData(at);
+    at += aligned(parts[i]);
   }
   return staged;
 }
@@ -327,7 +328,8 @@ absl::Status Engine::SplitMlp(const LayerWeights& lw, int64_t rows) {
     // One set of cores: the parts one after the other.
     TANDEM_RETURN_IF_ERROR(dev_->Mlp(lw.mlp, h_.data(), rows, out_.data()));
     if (g > 0) {
-      TANDEM_RETURN_IF_ERROR(dev_->Mlp(lw.mlp_cpu, h_.data(), g, cg_out_.data()));
+      TANDEM_ASSIGN_OR_RETURN(const ops::MlpWeights cc, StageCcWeights(lw));
+      TANDEM_RETURN_IF_ERROR(dev_->Mlp(cc, h_.data(), g, cg_out_.data()));
       TANDEM_RETURN_IF_ERROR(dev_->AddScaled(cg_out_.data(), 1.0f, g * hidden, out_.data()));
     }
     if (cpu_rows == 0) return absl::OkStatus();
