@@ -21,34 +21,29 @@ const ops::LinearWeight* Matrix(const ops::MlpWeights& m, int i) {
 experts::ExpertCosts ExpertCache::DefaultCosts(int64_t expert_bytes, int64_t flops_per_token,
                                                double link_gbs, double gpu_tflops,
                                                double cpu_gflops) {
-  experts::ExpertCosts c;
-  const double flops = static_cast<double>(flops_per_token);
-  // A GPU expert reads its weights from HBM at about 2 TB/s at least once.
-  const double gpu_read_s = static_cast<double>(expert_bytes) / 2e12;
-  c.gpu_compute_s = [=](int64_t t) {
-    return std::max(gpu_read_s, flops * static_cast<double>(t) / (gpu_tflops * 1e12));
-  };
-  c.cpu_compute_s = [=](int64_t t) {
-    return flops * static_cast<double>(t) / (cpu_gflops * 1e9);
-  };
-  c.transfer_s = static_cast<double>(expert_bytes) / (link_gbs * 1e9);
-  return c;
+  // A GPU expert reads its weights from HBM at about 2 TB/s at least once;
+  // the CPU side is compute-only, and nothing has a fixed cost.
+  HardwareProfile hw;
+  hw.gpu.memory_bandwidth = 2e12;
+  hw.gpu.bf16_flops = gpu_tflops * 1e12;
+  hw.cpu.bf16_flops = cpu_gflops * 1e9;
+  hw.link.h2d_bandwidth = link_gbs * 1e9;
+  return CostsFromProfile(hw, expert_bytes, flops_per_token);
 }
 
 experts::ExpertCosts ExpertCache::CostsFromProfile(const HardwareProfile& hw, int64_t expert_bytes,
                                                    int64_t flops_per_token) {
-  // DefaultCosts' figures, for what the profile lacks.
-  constexpr double kHbm = 2e12, kGpuFlops = 100e12, kCpuFlops = 200e9, kLink = 25e9;
+  // What the profile lacks comes from DefaultCosts' arguments' defaults.
+  auto or_default = [](double v, double d) { return v > 0 ? v : d; };
+  const double hbm = or_default(hw.gpu.memory_bandwidth, 2e12);
+  const double gpu_flops = or_default(hw.gpu.bf16_flops, 100e12);
+  const double cpu_flops = or_default(hw.cpu.bf16_flops, or_default(hw.cpu.f32_flops, 200e9));
+  const double link = or_default(hw.link.h2d_bandwidth, 25e9);
   const double bytes = static_cast<double>(expert_bytes);
   const double flops = static_cast<double>(flops_per_token);
-  auto or_default = [](double v, double d) { return v > 0 ? v : d; };
-  const double hbm = or_default(hw.gpu.memory_bandwidth, kHbm);
-  const double gpu_flops = or_default(hw.gpu.bf16_flops, kGpuFlops);
   const double launch = hw.gpu.launch_overhead_s;
-  // Without a CPU bandwidth figure the CPU side is compute-only, as in
-  // DefaultCosts.
+  // Without a CPU bandwidth figure the CPU side is compute-only.
   const double cpu_read_s = hw.cpu.memory_bandwidth > 0 ? bytes / hw.cpu.memory_bandwidth : 0;
-  const double cpu_flops = or_default(hw.cpu.bf16_flops, or_default(hw.cpu.f32_flops, kCpuFlops));
   const double cpu_fixed = hw.cpu.op_overhead_s;
   experts::ExpertCosts c;
   c.gpu_compute_s = [=](int64_t t) {
@@ -57,7 +52,7 @@ experts::ExpertCosts ExpertCache::CostsFromProfile(const HardwareProfile& hw, in
   c.cpu_compute_s = [=](int64_t t) {
     return cpu_fixed + std::max(cpu_read_s, flops * static_cast<double>(t) / cpu_flops);
   };
-  c.transfer_s = hw.link.h2d_latency_s + bytes / or_default(hw.link.h2d_bandwidth, kLink);
+  c.transfer_s = hw.link.h2d_latency_s + bytes / link;
   return c;
 }
 

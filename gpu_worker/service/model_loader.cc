@@ -23,7 +23,7 @@ namespace {
 // the same cores and the split's default model stands. A measurement that
 // fails is reported and the default model stands too: the split's choices
 // change, its results do not.
-std::optional<HardwareProfile> MeasuredExpertCosts(const WorkerDevice& device) {
+std::optional<HardwareProfile> MeasuredProfile(const WorkerDevice& device) {
   if (device.measure == nullptr) return std::nullopt;
   HardwareProfile hw;
   absl::Status s = device.measure(&hw);
@@ -248,7 +248,7 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
   if (req.expert_cache_slots() == 0) eo.remote_experts = remote;
   eo.device = device.make;
   eo.expert_cache.capacity_per_layer = req.expert_cache_slots();
-  if (req.expert_cache_slots() > 0) eo.expert_cache.profile = MeasuredExpertCosts(device);
+  if (req.expert_cache_slots() > 0) eo.expert_cache.profile = MeasuredProfile(device);
   eo.cpu_ffn_rows.assign(req.cpu_ffn_rows().begin(), req.cpu_ffn_rows().end());
   eo.prefill_gpu_tokens = req.prefill_gpu_tokens();
   const int64_t max_sequences = eo.max_sequences;
