@@ -56,16 +56,21 @@ absl::StatusOr<Figure> AtContext(const ModelConfig& c, const Peaks& peaks,
   std::vector<float> out(static_cast<size_t>(seqs * qd));
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   // One decode token per sequence through every layer, as CpuAttention::Run
-  // does it: append the row, attend over all the sequence's keys.
+  // does it: append each sequence's row, then attend all the sequences in
+  // one AttendDecode call, so the threads share all their contexts' chunks.
+  std::vector<ops::DecodeQuery> queries(static_cast<size_t>(seqs));
+  for (int64_t s = 0; s < seqs; ++s) {
+    queries[static_cast<size_t>(s)] = {q.data() + s * qd, cache->BlockTable(s).data(), keys,
+                                       out.data() + s * qd};
+  }
   auto pass = [&] {
     for (int64_t l = 0; l < layers; ++l) {
       const ops::PagedKvLayer kv = cache->Layer(l);
       for (int64_t s = 0; s < seqs; ++s) {
-        const int32_t* table = cache->BlockTable(s).data();
-        ops::WriteKv(kv, table, context, 1, k.data() + s * row, v.data() + s * row);
-        ops::AttendSequence(q.data() + s * qd, 1, c.num_heads, kv, table, context, scale,
-                            out.data() + s * qd);
+        ops::WriteKv(kv, queries[static_cast<size_t>(s)].block_table, context, 1,
+                     k.data() + s * row, v.data() + s * row);
       }
+      ops::AttendDecode(queries.data(), seqs, c.num_heads, kv, scale);
     }
   };
   const std::vector<double> secs = perf::TimeRepeats(o.warmup, o.repeats, pass);
