@@ -14,14 +14,17 @@ void WriteKv(const PagedKvLayer& kv, const int32_t* block_table, int64_t first_p
              const float* k, const float* v) {
   TANDEM_CHECK(kv.block_size > 0 && kv.kv_heads > 0 && kv.head_dim > 0);
   TANDEM_CHECK(first_pos >= 0 && n >= 0);
-  const int64_t row = kv.kv_heads * kv.head_dim;
+  const int64_t hd = kv.head_dim;
+  const size_t bytes = static_cast<size_t>(hd) * sizeof(float);
   for (int64_t t = 0; t < n; ++t) {
     const int64_t pos = first_pos + t;
-    const int64_t block = block_table[pos / kv.block_size];
-    TANDEM_CHECK(block >= 0);
-    const int64_t slot = block * kv.block_size + pos % kv.block_size;
-    std::memcpy(kv.k + slot * row, k + t * row, static_cast<size_t>(row) * sizeof(float));
-    std::memcpy(kv.v + slot * row, v + t * row, static_cast<size_t>(row) * sizeof(float));
+    TANDEM_CHECK(block_table[pos / kv.block_size] >= 0);
+    for (int64_t h = 0; h < kv.kv_heads; ++h) {
+      const int64_t at = KvRowOffset(kv, block_table, pos, h);
+      const int64_t from = (t * kv.kv_heads + h) * hd;
+      std::memcpy(kv.k + at, k + from, bytes);
+      std::memcpy(kv.v + at, v + from, bytes);
+    }
   }
 }
 

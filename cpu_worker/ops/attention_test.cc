@@ -94,14 +94,20 @@ TEST(AttentionTest, PagedMatchesReference) {
     WriteKv(pc.layer, pc.table.data(), c.first_pos, c.n, k.data() + c.first_pos * row,
             v.data() + c.first_pos * row);
 
-    // Every position reads back from slot pos % block_size of block
-    // table[pos / block_size], bit for bit.
+    // Every position's row of kv head h reads back from slot
+    // pos % block_size of head h's part of block table[pos / block_size]
+    // ([blocks, kv_heads, block_size, head_dim]), bit for bit.
     for (int64_t pos = 0; pos < total; ++pos) {
-      const int64_t slot =
-          pc.table[static_cast<size_t>(pos / c.block_size)] * c.block_size + pos % c.block_size;
-      for (int64_t i = 0; i < row; ++i) {
-        ASSERT_EQ(pc.k[static_cast<size_t>(slot * row + i)], k[static_cast<size_t>(pos * row + i)]);
-        ASSERT_EQ(pc.v[static_cast<size_t>(slot * row + i)], v[static_cast<size_t>(pos * row + i)]);
+      const int64_t block = pc.table[static_cast<size_t>(pos / c.block_size)];
+      for (int64_t h = 0; h < c.kv_heads; ++h) {
+        const int64_t at =
+            ((block * c.kv_heads + h) * c.block_size + pos % c.block_size) * c.head_dim;
+        ASSERT_EQ(at, KvRowOffset(pc.layer, pc.table.data(), pos, h));
+        for (int64_t i = 0; i < c.head_dim; ++i) {
+          const size_t from = static_cast<size_t>(pos * row + h * c.head_dim + i);
+          ASSERT_EQ(pc.k[static_cast<size_t>(at + i)], k[from]);
+          ASSERT_EQ(pc.v[static_cast<size_t>(at + i)], v[from]);
+        }
       }
     }
 

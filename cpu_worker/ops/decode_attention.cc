@@ -12,9 +12,9 @@
 //
 // Within an item the kernel goes tile by tile (up to a block's tokens) and
 // kv head by kv head within a tile, prefetching the slice the next call
-// will read while it reads its own (see PrefetchRow): a block holds all kv
-// heads of its tokens side by side, so the reads stay within one block and
-// the next slice's address is known.
+// will read while it reads its own (see PrefetchRow): a block stores each
+// kv head's rows together, so a slice is one contiguous run of memory, the
+// reads stay within one block and the next slice's address is known.
 #include <omp.h>
 
 #include <algorithm>
@@ -67,14 +67,16 @@ constexpr int64_t kMinParallelBytes = int64_t{256} << 10;
 inline int64_t StateStride(int64_t head_dim) { return (head_dim + 2 + 15) / 16 * 16; }
 
 // The kernels prefetch the rows the next call reads (`next_k`/`next_v`,
-// `next_count` of them) into L1 while they read their own, a cache line for
-// a line: the memory then stays busy through the computation instead of
+// `next_count` of them) while they read their own, a cache line for a
+// line: the memory then stays busy through the computation instead of
 // waiting for each tile's loads in turn (a core keeps only so many misses in
-// flight, and the sums take a good part of a tile's read time: ~27 GB/s
-// from L2 against ~11 from DRAM per core at GQA 4). Measured on the
-// development VM, one thread, AVX-512: 7.5 GB/s without, 11.5 with, as fast
-// as a plain read sweep.
-inline void Prefetch(const float* p) { __builtin_prefetch(p, 0, 3); }  // prefetcht0
+// flight, and the sums take a good part of a tile's read time: ~22 GB/s
+// from L2 against ~11 from DRAM per core at GQA 4). The hint is prefetcht2
+// (to L2): the next call is a few microseconds away, and on the development
+// VM it read 2-5% faster than prefetcht0 in tandem_ops_bench's
+// BM_AttendDecode (1 GiB of KV, 2 threads, mean of 4 interleaved runs).
+// One thread, AVX-512: 7.5 GB/s without prefetching, 11.5 with.
+inline void Prefetch(const float* p) { __builtin_prefetch(p, 0, 1); }  // prefetcht2
 inline void PrefetchRow(const float* p, int64_t hd) {
   for (int64_t d = 0; d < hd; d += 16) Prefetch(p + d);
 }
@@ -488,44 +490,47 @@ void RunItem(const DecodeQuery& dq, const Item& it, int64_t heads, const PagedKv
              float scale, bool avx512, float* state, int64_t sd) {
   const int64_t hd = kv.head_dim, bs = kv.block_size, kvh_count = kv.kv_heads;
   const int64_t group = heads / kvh_count;
-  const int64_t row_stride = kvh_count * hd;  // between token slots
+  // A block is [kv_heads, block_size, head_dim]: a tile of one kv head is
+  // `n` consecutive rows of hd floats, and the block's next kv head starts
+  // bs rows on.
+  const int64_t head_stride = bs * hd;
+  // The tile starting at token t: the offset of its kv head 0 row and its
+  // length.
+  auto tile = [&](int64_t t, int64_t* at) {
+    const int64_t off = t % bs;
+    *at = (static_cast<int64_t>(dq.block_table[t / bs]) * kvh_count * bs + off) * hd;
+    return std::min({kMaxTile, bs - off, it.t1 - t});
+  };
+  int64_t at = 0;
+  int64_t n = tile(it.t0, &at);
   for (int64_t h = 0; h < heads; ++h) {
     float* st = state + h * sd;
     std::fill(st, st + hd, 0.0f);
     st[hd] = -std::numeric_limits<float>::infinity();
     st[hd + 1] = 0.0f;
   }
-  // The tile starting at token t: its first slot and length.
-  auto tile = [&](int64_t t, int64_t* slot) {
-    const int64_t off = t % bs;
-    *slot = static_cast<int64_t>(dq.block_table[t / bs]) * bs + off;
-    return std::min({kMaxTile, bs - off, it.t1 - t});
-  };
-  int64_t slot = 0;
-  int64_t n = tile(it.t0, &slot);
   for (int64_t t = it.t0; t < it.t1;) {
-    const float* kt = kv.k + slot * row_stride;
-    const float* vt = kv.v + slot * row_stride;
-    int64_t next_slot = 0;
-    const int64_t next_n = t + n < it.t1 ? tile(t + n, &next_slot) : 0;
+    int64_t next_at = 0;
+    const int64_t next_n = t + n < it.t1 ? tile(t + n, &next_at) : 0;
     for (int64_t kvh = 0; kvh < kvh_count; ++kvh) {
       const float* q = dq.q + kvh * group * hd;
       float* st = state + kvh * group * sd;
+      const int64_t off = at + kvh * head_stride;
       // What the next call reads: this tile's next kv head, or the next
       // tile's first.
       const bool last = kvh + 1 == kvh_count;
-      const int64_t off = last ? next_slot * row_stride : slot * row_stride + (kvh + 1) * hd;
+      const int64_t next_off = last ? next_at : off + head_stride;
       const int64_t nn = last ? next_n : n;
       if (avx512) {
-        TileAvx512(q, group, hd, kt + kvh * hd, vt + kvh * hd, row_stride, n, scale, st, sd,
-                   kv.k + off, kv.v + off, nn);
+        TileAvx512(q, group, hd, kv.k + off, kv.v + off, hd, n, scale, st, sd, kv.k + next_off,
+                   kv.v + next_off, nn);
       } else {
-        TilePortable(q, group, hd, kt + kvh * hd, vt + kvh * hd, row_stride, n, scale, st, sd,
-                     kv.k + off, kv.v + off, nn);
+        TilePortable(q, group, hd, kv.k + off, kv.v + off, hd, n, scale, st, sd, kv.k + next_off,
+                     kv.v + next_off, nn);
       }
     }
     t += n;
-    slot = next_slot;
+    at = next_at;
     n = next_n;
   }
 }

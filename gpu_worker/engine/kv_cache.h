@@ -43,8 +43,8 @@ class KvCache {
  private:
   KvCache() = default;
   int64_t num_layers_ = 0, kv_heads_ = 0, head_dim_ = 0, num_blocks_ = 0, block_size_ = 0;
-  // [layers, blocks, block_size, kv_heads, head_dim], in host memory or on
-  // the device.
+  // [layers, blocks, ...] in host memory or on the device; a block's layout
+  // is the device's own (ops::PagedKvLayer for the host device).
   HugePageArray host_k_, host_v_;
   DeviceMemory dev_k_, dev_v_;
   float* k_ = nullptr;
