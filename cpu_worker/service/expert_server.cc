@@ -3,8 +3,10 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/shm/expert_weight_store.h"
 #include "absl/strings/strip.h"
 #include "common/expert_wire.h"
@@ -19,25 +21,43 @@ int64_t Key(int64_t layer, int64_t expert) { return (layer << 20) | expert; }
 
 absl::StatusOr<ExpertPlacement> ParseCpuExperts(const std::string& spec, const ModelConfig& c) {
   ExpertPlacement p(static_cast<size_t>(c.num_layers));
-  int64_t per_layer = 0;
+  // Experts per layer: one count for all, or (a comma list) one per layer.
+  std::vector<int64_t> counts;
   if (spec == "none") return p;
   if (spec == "all") {
-    per_layer = c.num_experts;
+    counts.assign(static_cast<size_t>(c.num_layers), c.num_experts);
+  } else if (absl::StrContains(spec, ',')) {
+    for (absl::string_view part : absl::StrSplit(spec, ',')) {
+      int64_t n = 0;
+      if (!absl::SimpleAtoi(part, &n) || n < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--cpu-experts ", spec, ": '", part, "' is not a count"));
+      }
+      counts.push_back(n);
+    }
+    if (static_cast<int64_t>(counts.size()) != c.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("--cpu-experts ", spec, ": ", counts.size(),
+                                                     " counts for ", c.num_layers, " layers"));
+    }
   } else {
     absl::string_view s(spec);
+    int64_t per_layer = 0;
     if (!absl::ConsumeSuffix(&s, "-per-layer") || !absl::SimpleAtoi(s, &per_layer) ||
         per_layer < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--cpu-experts must be all, none or N-per-layer, got '", spec, "'"));
+          "--cpu-experts must be all, none, N-per-layer or one count per layer (N0,N1,...), "
+          "got '", spec, "'"));
     }
-    if (per_layer > c.num_experts) {
+    counts.assign(static_cast<size_t>(c.num_layers), per_layer);
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const int64_t n = counts[static_cast<size_t>(l)];
+    if (n > c.num_experts) {
       return absl::InvalidArgumentError(absl::StrCat("--cpu-experts ", spec, ": the model has ",
                                                      c.num_experts, " experts per layer"));
     }
-  }
-  for (int64_t l = 0; l < c.num_layers; ++l) {
     if (!c.IsMoeLayer(l)) continue;
-    for (int64_t e = 0; e < per_layer; ++e) p[static_cast<size_t>(l)].push_back(static_cast<int32_t>(e));
+    for (int64_t e = 0; e < n; ++e) p[static_cast<size_t>(l)].push_back(static_cast<int32_t>(e));
   }
   return p;
 }

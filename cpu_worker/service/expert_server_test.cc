@@ -9,6 +9,7 @@
 
 #include "common/checkpoint.h"
 #include "common/expert_wire.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -126,6 +127,20 @@ TEST(ExpertServer, PlacementSpecs) {
   EXPECT_TRUE((*all)[1].empty());
   EXPECT_TRUE(ParseCpuExperts("none", c)->at(0).empty());
   EXPECT_EQ(ParseCpuExperts("3-per-layer", c)->at(2).size(), 3u);
+  // One count per layer (a dense layer's count places nothing).
+  std::string per_layer;
+  for (int64_t l = 0; l < c.num_layers; ++l) absl::StrAppend(&per_layer, l == 0 ? "" : ",", l % 3);
+  auto listed = ParseCpuExperts(per_layer, c);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    EXPECT_EQ((*listed)[static_cast<size_t>(l)].size(), c.IsMoeLayer(l) ? static_cast<size_t>(l % 3) : 0u);
+  }
+  const std::string too_few = per_layer.substr(0, per_layer.rfind(','));
+  const std::string too_many = absl::StrCat(per_layer, ",1");
+  const std::string bad_count = absl::StrCat("99", per_layer.substr(per_layer.find(',')));
+  for (const std::string& bad : {too_few, too_many, bad_count, std::string("1,x")}) {
+    EXPECT_EQ(ParseCpuExperts(bad, c).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
   for (const char* bad : {"some", "-1-per-layer", "99-per-layer", "2-per", ""}) {
     EXPECT_EQ(ParseCpuExperts(bad, c).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
