@@ -32,6 +32,10 @@ int RunCoordinator(const CoordinatorOptions& opts) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
   CoordinatorOptions o = opts;
+  if (absl::Status s = ApplyPolicyFile(&o); !s.ok()) {
+    std::fprintf(stderr, "tandem coordinator: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
   if ((o.cpu_experts != "none" || o.cpu_kv_blocks > 0) && o.rings.empty()) {
     o.rings = "/tandem-experts";
   }

@@ -6,13 +6,16 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/checkpoint.h"
 #include "common/hardware_profile.h"
 #include "coordinator/planner/scheinfer/prefill_assignment.h"
+#include "coordinator/planner/search/serving_settings.h"
 #include "common/status_macros.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/frontend/grpc_client_service.h"
@@ -131,6 +134,65 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
   cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "Tokens per step at most")->capture_default_str();
   cmd->add_option("--kv-blocks", o.kv_blocks, "KV cache blocks of 16 tokens (default: enough for max-num-seqs/4 full contexts)");
   cmd->add_option("--chat-template", o.chat_template, "File with a Jinja chat template overriding the model's");
+  cmd->add_option("--policy", o.policy,
+                  "A planner policy to execute: `tandem plan --json` output (its best policy) or "
+                  "a Policy as JSON. It sets the CPU rows and streamed layers per layer, the CPU "
+                  "experts and expert cache, Neo's CPU KV pool, n_g and the batch limits; flags "
+                  "given beside it win");
+  // Which settings the command line gave, so that a policy leaves them be.
+  for (const char* name : {"--cpu-experts", "--gpu-expert-cache", "--cpu-ffn-fraction",
+                           "--prefill-gpu-tokens", "--gpu-memory-budget", "--cpu-kv-blocks",
+                           "--max-num-seqs", "--max-num-batched-tokens", "--kv-blocks"}) {
+    cmd->get_option(name)->each([&o, name](const std::string&) { o.given.insert(name); });
+  }
+}
+
+absl::Status ApplyPolicyFile(CoordinatorOptions* o) {
+  if (o->policy.empty()) return absl::OkStatus();
+  TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFile(o->policy, "--policy"));
+  absl::StatusOr<proto::Policy> policy = planner::ParsePolicyJson(text);
+  if (!policy.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--policy ", o->policy, ": ",
+                                                   policy.status().message()));
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(o->model));
+  absl::StatusOr<planner::ServingSettings> s = planner::SettingsFromPolicy(*policy, ckpt->config());
+  if (!s.ok()) {
+    return absl::Status(s.status().code(),
+                        absl::StrCat("--policy ", o->policy, ": ", s.status().message()));
+  }
+  std::vector<std::string> set;
+  auto free = [&](const char* flag) { return o->given.count(flag) == 0; };
+  if (free("--cpu-ffn-fraction") && !s->cpu_ffn_rows.empty()) {
+    o->cpu_ffn_rows = s->cpu_ffn_rows;
+    set.push_back("CPU MLP rows per layer");
+  }
+  if (free("--gpu-memory-budget") && !s->streamed_ffn_layers.empty()) {
+    o->streamed_ffn_layers = s->streamed_ffn_layers;
+    set.push_back(absl::StrCat(s->streamed_ffn_layers.size(), " streamed layers"));
+  }
+  if (free("--cpu-experts") && s->cpu_experts != "none") {
+    o->cpu_experts = s->cpu_experts;
+    set.push_back(absl::StrCat("--cpu-experts ", s->cpu_experts));
+  }
+  auto count = [&](const char* flag, int64_t v, auto* field) {
+    if (v <= 0 || !free(flag)) return;
+    *field = static_cast<std::remove_pointer_t<decltype(field)>>(v);
+    set.push_back(absl::StrCat(flag, " ", v));
+  };
+  count("--gpu-expert-cache", s->expert_cache_slots, &o->gpu_expert_cache);
+  count("--cpu-kv-blocks", s->cpu_kv_blocks, &o->cpu_kv_blocks);
+  count("--max-num-seqs", s->max_num_seqs, &o->max_num_seqs);
+  count("--max-num-batched-tokens", s->max_num_batched_tokens, &o->max_num_batched_tokens);
+  count("--kv-blocks", s->kv_blocks, &o->kv_blocks);
+  if (free("--prefill-gpu-tokens") && s->prefill_gpu_tokens > 0) {
+    o->prefill_gpu_tokens = absl::StrCat(s->prefill_gpu_tokens);
+    set.push_back(absl::StrCat("--prefill-gpu-tokens ", s->prefill_gpu_tokens));
+  }
+  std::printf("policy %s: %s; %s\n", o->policy.c_str(),
+              proto::ScheduleFamily_Name(policy->family()).c_str(),
+              set.empty() ? "nothing beyond the defaults" : absl::StrJoin(set, ", ").c_str());
+  return absl::OkStatus();
 }
 
 namespace {
@@ -149,7 +211,7 @@ absl::Status SetPrefillTokenAssignment(const CoordinatorOptions& o, const ModelC
                                                    "' is neither a number nor auto"));
   }
   if (fixed < 0) return absl::InvalidArgumentError("--prefill-gpu-tokens must not be negative");
-  if ((automatic || fixed > 0) && o.cpu_ffn_fraction == 0) {
+  if ((automatic || fixed > 0) && dc->model.cpu_ffn_rows.empty()) {
     return absl::InvalidArgumentError(
         "--prefill-gpu-tokens assigns the prefill tokens of --cpu-ffn-fraction's rows: give both");
   }
@@ -167,8 +229,11 @@ absl::Status SetPrefillTokenAssignment(const CoordinatorOptions& o, const ModelC
   std::vector<planner::scheinfer::RunningMlpSplit> splits;
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const int64_t rows = dc->model.cpu_ffn_rows[static_cast<size_t>(l)];
-    splits.push_back({static_cast<double>(rows) / static_cast<double>(cfg.intermediate_size),
-                      o.gpu_memory_budget_gb > 0});
+    const bool streamed = o.gpu_memory_budget_gb > 0 ||
+                          std::find(o.streamed_ffn_layers.begin(), o.streamed_ffn_layers.end(),
+                                    l) != o.streamed_ffn_layers.end();
+    splits.push_back(
+        {static_cast<double>(rows) / static_cast<double>(cfg.intermediate_size), streamed});
   }
   TANDEM_ASSIGN_OR_RETURN(planner::scheinfer::PrefillAssigner assigner,
                           planner::scheinfer::PrefillAssigner::Create(cfg, hw, std::move(splits)));
@@ -239,6 +304,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
     return absl::InvalidArgumentError("--gpu-memory-budget must be >= 0");
   }
   dc.model.weight_budget_bytes = static_cast<int64_t>(o.gpu_memory_budget_gb * 1e9);
+  if (o.gpu_memory_budget_gb > 0 && !o.streamed_ffn_layers.empty()) {
+    return absl::InvalidArgumentError(
+        "--gpu-memory-budget and a policy's streamed layers both say which layers stream");
+  }
+  dc.model.streamed_ffn_layers = o.streamed_ffn_layers;
   if (o.gpu_expert_cache < 0) return absl::InvalidArgumentError("--gpu-expert-cache must be >= 0");
   if (o.gpu_expert_cache > 0 && !cfg.is_moe()) {
     return absl::InvalidArgumentError("--gpu-expert-cache is for mixture-of-experts models");
@@ -249,7 +319,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
   }
   if (o.gpu_expert_cache > 0 &&
       ((o.cpu_experts != "none" && o.cpu_experts != "all") || o.tensor_parallel > 1 ||
-       o.gpu_memory_budget_gb > 0)) {
+       o.gpu_memory_budget_gb > 0 || !o.streamed_ffn_layers.empty())) {
     return absl::InvalidArgumentError(
         "--gpu-expert-cache places the routed experts itself: it combines with --cpu-experts "
         "all (the cpu_workers then compute the CPU's share) but not with a fixed placement, "
@@ -258,6 +328,29 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
   dc.model.expert_cache_slots = o.gpu_expert_cache;
   if (!(o.cpu_ffn_fraction >= 0 && o.cpu_ffn_fraction < 1)) {
     return absl::InvalidArgumentError("--cpu-ffn-fraction must be in [0, 1)");
+  }
+  if (o.cpu_ffn_fraction > 0 && !o.cpu_ffn_rows.empty()) {
+    return absl::InvalidArgumentError(
+        "--cpu-ffn-fraction and a policy's CPU rows per layer both set the CC part");
+  }
+  if (!o.cpu_ffn_rows.empty()) {
+    if (o.tensor_parallel > 1) {
+      return absl::InvalidArgumentError("a policy's CPU rows do not combine with --tensor-parallel");
+    }
+    if (static_cast<int64_t>(o.cpu_ffn_rows.size()) != cfg.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("CPU rows for ", o.cpu_ffn_rows.size(),
+                                                     " layers; the model has ", cfg.num_layers));
+    }
+    for (int64_t l = 0; l < cfg.num_layers; ++l) {
+      const int64_t rows = o.cpu_ffn_rows[static_cast<size_t>(l)];
+      if (rows < 0 || rows % 32 != 0 || rows >= cfg.intermediate_size ||
+          (rows > 0 && cfg.IsMoeLayer(l))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer ", l, ": ", rows, " CPU rows is not a whole number of 32-row blocks of its "
+            "dense MLP, short of all of it"));
+      }
+    }
+    dc.model.cpu_ffn_rows = o.cpu_ffn_rows;
   }
   if (o.cpu_ffn_fraction > 0) {
     if (o.tensor_parallel > 1) {

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
@@ -39,7 +41,23 @@ struct CoordinatorOptions {
   int64_t max_num_batched_tokens = 2048;
   int64_t kv_blocks = 0;
   std::string chat_template;  // a file
+  // A planner policy (`tandem plan --json` output or a bare Policy): see
+  // ApplyPolicyFile. What it sets lands in the fields above and in these
+  // two, which take the place of --cpu-ffn-fraction and
+  // --gpu-memory-budget when filled.
+  std::string policy;
+  std::vector<int64_t> cpu_ffn_rows;         // per layer
+  std::vector<int64_t> streamed_ffn_layers;  // FFN weights streamed (CG)
+  // The coordinator flags given on the command line (long names), which a
+  // policy does not override.
+  std::set<std::string> given;
 };
+
+// Reads o->policy (when set) and applies what the workers execute of it
+// (planner::SettingsFromPolicy) to the settings not given as flags. Prints
+// one line saying what it set. An error for a policy that is unreadable,
+// does not fit the model, or has a schedule the workers do not run.
+absl::Status ApplyPolicyFile(CoordinatorOptions* o);
 
 // The flags both commands share.
 void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o);

@@ -76,6 +76,7 @@ proto::LoadModelRequest BuildLoadModelRequest(const ModelSpec& spec) {
   r.set_block_size(spec.block_size);
   r.set_weight_segment(spec.weight_segment);
   r.set_weight_budget_bytes(spec.weight_budget_bytes);
+  for (int64_t l : spec.streamed_ffn_layers) r.add_streamed_ffn_layers(l);
   r.set_expert_cache_slots(spec.expert_cache_slots);
   for (int64_t n : spec.cpu_ffn_rows) r.add_cpu_ffn_rows(n);
   r.set_prefill_gpu_tokens(spec.prefill_gpu_tokens);

@@ -48,6 +48,10 @@ struct ModelSpec {
   // Bytes of weights the gpu_worker keeps resident; 0: all (see
   // LoadModelRequest.weight_budget_bytes).
   int64_t weight_budget_bytes = 0;
+  // The layers whose FFN weights are streamed, as a policy names them
+  // (LoadModelRequest.streamed_ffn_layers); when given, the budget is not
+  // consulted.
+  std::vector<int64_t> streamed_ffn_layers;
   // GPU expert cache slots per MoE layer (LoadModelRequest.expert_cache_slots).
   int32_t expert_cache_slots = 0;
   // Dense MLP rows per layer computed on the gpu_worker's CPU

@@ -11,6 +11,7 @@ usage: serve_greedy_test.py TANDEM MODEL_DIR
 import json
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -110,6 +111,27 @@ def main():
         # The same with the CPU's share on a cpu_worker holding every expert.
         placements.append(("expert-cache-1+cpu-worker",
                            ["--gpu-expert-cache", "1", "--cpu-experts", "all"]))
+    # A planner policy (`tandem serve --policy`): ScheInfer's per-layer
+    # shares, as `tandem plan --json` prints them, differing by layer.
+    layers = config["num_hidden_layers"]
+    policy = {"family": "SCHEINFER", "batch_size": 8, "kv_block_tokens": 16, "layers": []}
+    for layer in range(layers):
+        if experts:  # half or a quarter of each layer's routed experts (or rows) on the CPU
+            cc = 0.5 if layer % 2 else 0.25
+            policy["layers"].append({"layer": layer, "gg_fraction": 1 - cc, "cc_fraction": cc})
+        else:  # a quarter or half of the rows on the CPU; layer 0's GPU part streamed
+            cc = 0.5 if layer % 2 else 0.25
+            gg, cg = (0.0, 1 - cc) if layer == 0 else (1 - cc, 0.0)
+            policy["layers"].append({"layer": layer, "gg_fraction": gg, "cg_fraction": cg,
+                                     "cc_fraction": cc})
+    if not experts:
+        policy["prefill_gpu_tokens"] = 4
+    work = os.environ.get("TMPDIR", "/tmp")
+    policy_file = os.path.join(work, f"policy-{os.getpid()}.json")
+    with open(policy_file, "w") as f:
+        json.dump({"model": "test", "best": policy}, f)
+    placements.append(("policy-scheinfer", ["--policy", policy_file]))
+
     for placement, args in placements:
         serve = Serve(tandem, model, *args, "--max-num-seqs", "8")
         cpu_blocks = CpuBlockWatcher(serve) if placement.startswith("cpu-kv") else None
@@ -135,7 +157,8 @@ def main():
                                  status == 200 and ids == case["continuation"] and done
                                  and finish == "length",
                                  f"{status} {ids} {done} {finish}")
-            if placement.startswith("cpu-ffn-half+prefill-gpu"):
+            if (placement.startswith("cpu-ffn-half+prefill-gpu")
+                    or (placement == "policy-scheinfer" and not experts)):
                 status, text = serve.get_text("/metrics")
                 m = re.search(r'tandem_prefill_gpu_rows_total\{[^}]*\} (\S+)', text)
                 rows = float(m.group(1)) if m else -1
@@ -145,6 +168,11 @@ def main():
                 checks.check(f"[{placement}] /metrics counts the prefill rows whose CPU "
                              f"rows ran on the device ({rows})",
                              status == 200 and rows >= 4, text[-400:])
+            if placement == "policy-scheinfer":
+                line = next((l for l in serve.stdout_lines if l.startswith("policy ")), "")
+                want = ("--cpu-experts " if experts else "CPU MLP rows per layer, 1 streamed layers")
+                checks.check(f"[{placement}] serve applied the policy ({line.strip()})",
+                             "SCHEINFER" in line and want in line, "\n".join(serve.stdout_lines))
             if placement.startswith("tensor-parallel"):
                 checks.check(f"[{placement}] 2 gpu_workers started",
                              len(serve.child_pids("gpu_worker")) == 2, serve.log())
@@ -160,6 +188,7 @@ def main():
                              str(counts))
             no_cpu_worker = (placement in ("none", "expert-cache-1")
                              or placement.startswith("cpu-ffn-half")
+                             or (placement == "policy-scheinfer" and not experts)
                              or placement.startswith("tensor-parallel"))
             if not no_cpu_worker:
                 want = 3 if "3-workers" in placement else 2 if "2-workers" in placement else 1
@@ -173,6 +202,20 @@ def main():
             rc, alive, shm = serve.stop()
         checks.check(f"[{placement}] serve exits 0 on SIGTERM leaving no process or segment",
                      rc == 0 and not alive and not shm, f"rc={rc} alive={alive} shm={shm}")
+    # A policy the workers cannot run, or that does not fit the model: serve
+    # refuses it at once, saying why, and starts nothing.
+    bad = dict(policy, family="MOE_LIGHTNING")
+    wrong_layers = dict(policy, layers=policy["layers"][:-1])
+    for name, pol, needle in (("moe-lightning", bad, "MOE_LIGHTNING"),
+                              ("layer count", wrong_layers, "layers")):
+        with open(policy_file, "w") as f:
+            json.dump(pol, f)
+        r = subprocess.run([tandem, "serve", "--model", model, "--port", "0",
+                            "--policy", policy_file], capture_output=True, text=True, timeout=60)
+        checks.check(f"[policy {name}] serve refuses it: exit {r.returncode}, "
+                     f"'{r.stderr.strip()[:160]}'",
+                     r.returncode != 0 and needle in r.stderr and "--policy" in r.stderr)
+    os.remove(policy_file)
     checks.finish()
 
 
