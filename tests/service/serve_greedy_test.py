@@ -116,9 +116,12 @@ def main():
     layers = config["num_hidden_layers"]
     policy = {"family": "SCHEINFER", "batch_size": 8, "kv_block_tokens": 16, "layers": []}
     for layer in range(layers):
-        if experts:  # half or a quarter of each layer's routed experts (or rows) on the CPU
+        if experts:  # half or a quarter of each layer's routed experts (or rows) on the CPU;
+            # layer 0's GPU part streamed
             cc = 0.5 if layer % 2 else 0.25
-            policy["layers"].append({"layer": layer, "gg_fraction": 1 - cc, "cc_fraction": cc})
+            gg, cg = (0.0, 1 - cc) if layer == 0 else (1 - cc, 0.0)
+            policy["layers"].append({"layer": layer, "gg_fraction": gg, "cg_fraction": cg,
+                                     "cc_fraction": cc})
         else:  # a quarter or half of the rows on the CPU; layer 0's GPU part streamed
             cc = 0.5 if layer % 2 else 0.25
             gg, cg = (0.0, 1 - cc) if layer == 0 else (1 - cc, 0.0)
@@ -170,9 +173,11 @@ def main():
                              status == 200 and rows >= 4, text[-400:])
             if placement == "policy-scheinfer":
                 line = next((l for l in serve.stdout_lines if l.startswith("policy ")), "")
-                want = ("--cpu-experts " if experts else "CPU MLP rows per layer, 1 streamed layers")
+                want = (["1 streamed layers", "--cpu-experts "] if experts
+                        else ["CPU MLP rows per layer, 1 streamed layers"])
                 checks.check(f"[{placement}] serve applied the policy ({line.strip()})",
-                             "SCHEINFER" in line and want in line, "\n".join(serve.stdout_lines))
+                             "SCHEINFER" in line and all(w in line for w in want),
+                             "\n".join(serve.stdout_lines))
             if placement.startswith("tensor-parallel"):
                 checks.check(f"[{placement}] 2 gpu_workers started",
                              len(serve.child_pids("gpu_worker")) == 2, serve.log())
