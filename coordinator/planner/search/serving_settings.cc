@@ -44,7 +44,6 @@ absl::StatusOr<proto::Policy> ParsePolicyJson(const std::string& text) {
 
 absl::StatusOr<ServingSettings> SettingsFromPolicy(const proto::Policy& p, const ModelConfig& c) {
   ServingSettings s;
-  s.family = p.family();
   switch (p.family()) {
     case proto::GPU_RESIDENT:
     case proto::HOST_DEVICE:

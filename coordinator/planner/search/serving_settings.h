@@ -33,7 +33,6 @@ namespace tandem::planner {
 inline constexpr int64_t kServingKvBlockTokens = 16;
 
 struct ServingSettings {
-  proto::ScheduleFamily family = proto::SCHEDULE_FAMILY_UNSPECIFIED;
   // Per layer, dense MLP rows on the CPU; empty when there are none.
   std::vector<int64_t> cpu_ffn_rows;
   // Layers whose FFN weights stay in host memory and are streamed.
