@@ -74,7 +74,8 @@ class CpuKvCache {
   int64_t num_blocks_ = 0;
   int64_t layer_elems_ = 0;  // floats of k (or v) per layer
   // Left uninitialised: only written slots are ever read.
-  HugePageArray k_, v_;  // [layers, blocks, kv_heads, block_size, head_dim]
+  // [layers, blocks, ...]: a block is laid out as ops::PagedKvLayer says.
+  HugePageArray k_, v_;
   std::vector<int32_t> free_;
   absl::flat_hash_map<int64_t, Sequence> seqs_;
 };

@@ -14,16 +14,16 @@ void WriteKv(const PagedKvLayer& kv, const int32_t* block_table, int64_t first_p
              const float* k, const float* v) {
   TANDEM_CHECK(kv.block_size > 0 && kv.kv_heads > 0 && kv.head_dim > 0);
   TANDEM_CHECK(first_pos >= 0 && n >= 0);
-  const int64_t hd = kv.head_dim;
-  const size_t bytes = static_cast<size_t>(hd) * sizeof(float);
+  const int64_t hd = kv.head_dim, bs = kv.block_size;
   for (int64_t t = 0; t < n; ++t) {
     const int64_t pos = first_pos + t;
-    TANDEM_CHECK(block_table[pos / kv.block_size] >= 0);
+    TANDEM_CHECK(block_table[pos / bs] >= 0);
     for (int64_t h = 0; h < kv.kv_heads; ++h) {
-      const int64_t at = KvRowOffset(kv, block_table, pos, h);
       const int64_t from = (t * kv.kv_heads + h) * hd;
-      std::memcpy(kv.k + at, k + from, bytes);
-      std::memcpy(kv.v + at, v + from, bytes);
+      float* kt = kv.k + KeyOffset(kv, block_table, pos, h);
+      for (int64_t d = 0; d < hd; ++d) kt[d * bs] = k[from + d];
+      std::memcpy(kv.v + ValueRowOffset(kv, block_table, pos, h), v + from,
+                  static_cast<size_t>(hd) * sizeof(float));
     }
   }
 }

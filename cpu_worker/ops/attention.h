@@ -7,14 +7,17 @@
 namespace tandem::ops {
 
 // One layer's KV storage: blocks of `block_size` token slots. Here, in host
-// memory, k and v are [num_blocks, kv_heads, block_size, head_dim]: within
-// a block each kv head's rows lie together, so the attention kernel, which
-// walks one kv head's rows at a time, reads contiguous memory (on the
+// memory, a block holds each kv head's part together (the attention kernel
+// walks one kv head at a time, so it reads contiguous memory: on the
 // development VM 6-9% faster than token-major blocks, 1 GiB of KV, 2
-// threads). The layout belongs to the memory's owner: the CUDA device's
-// kernels keep their caches token-major ([num_blocks, block_size, kv_heads,
-// head_dim], gpu_worker/cuda/kernels/decode_attention.h); the two never
-// exchange blocks.
+// threads): v is [num_blocks, kv_heads, block_size, head_dim] and k is
+// transposed within each part, [num_blocks, kv_heads, head_dim,
+// block_size], so the kernel forms 16 keys' scores as the lanes of one
+// vector instead of reducing each key's dot product across lanes (see
+// decode_attention.cc). The layout belongs to the memory's owner: the CUDA
+// device's kernels keep their caches token-major ([num_blocks, block_size,
+// kv_heads, head_dim], gpu_worker/cuda/kernels/decode_attention.h); the two
+// never exchange blocks.
 struct PagedKvLayer {
   float* k = nullptr;
   float* v = nullptr;
@@ -56,10 +59,19 @@ struct DecodeQuery {
 void AttendDecode(const DecodeQuery* queries, int64_t count, int64_t heads, const PagedKvLayer& kv,
                   float scale, bool allow_avx512 = true);
 
-// Offset in floats of position `pos`'s row for kv head `kvh` in a layer's
-// k or v, through the sequence's block table.
-inline int64_t KvRowOffset(const PagedKvLayer& kv, const int32_t* block_table, int64_t pos,
-                           int64_t kvh) {
+// Offset in floats of element 0 of position `pos`'s key for kv head `kvh`
+// in a layer's k, through the sequence's block table; element i lies
+// i * block_size floats on.
+inline int64_t KeyOffset(const PagedKvLayer& kv, const int32_t* block_table, int64_t pos,
+                         int64_t kvh) {
+  const int64_t block = block_table[pos / kv.block_size];
+  return (block * kv.kv_heads + kvh) * kv.block_size * kv.head_dim + pos % kv.block_size;
+}
+
+// Offset in floats of position `pos`'s value row (head_dim contiguous
+// floats) for kv head `kvh` in a layer's v.
+inline int64_t ValueRowOffset(const PagedKvLayer& kv, const int32_t* block_table, int64_t pos,
+                              int64_t kvh) {
   const int64_t block = block_table[pos / kv.block_size];
   return ((block * kv.kv_heads + kvh) * kv.block_size + pos % kv.block_size) * kv.head_dim;
 }

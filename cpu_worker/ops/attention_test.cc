@@ -94,19 +94,21 @@ TEST(AttentionTest, PagedMatchesReference) {
     WriteKv(pc.layer, pc.table.data(), c.first_pos, c.n, k.data() + c.first_pos * row,
             v.data() + c.first_pos * row);
 
-    // Every position's row of kv head h reads back from slot
-    // pos % block_size of head h's part of block table[pos / block_size]
-    // ([blocks, kv_heads, block_size, head_dim]), bit for bit.
+    // Every position's key and value of kv head h read back from slot
+    // pos % block_size of head h's part of block table[pos / block_size],
+    // bit for bit: keys [blocks, kv_heads, head_dim, block_size], values
+    // [blocks, kv_heads, block_size, head_dim].
     for (int64_t pos = 0; pos < total; ++pos) {
       const int64_t block = pc.table[static_cast<size_t>(pos / c.block_size)];
       for (int64_t h = 0; h < c.kv_heads; ++h) {
-        const int64_t at =
-            ((block * c.kv_heads + h) * c.block_size + pos % c.block_size) * c.head_dim;
-        ASSERT_EQ(at, KvRowOffset(pc.layer, pc.table.data(), pos, h));
+        const int64_t part = (block * c.kv_heads + h) * c.block_size * c.head_dim;
+        const int64_t slot = pos % c.block_size;
+        ASSERT_EQ(part + slot, KeyOffset(pc.layer, pc.table.data(), pos, h));
+        ASSERT_EQ(part + slot * c.head_dim, ValueRowOffset(pc.layer, pc.table.data(), pos, h));
         for (int64_t i = 0; i < c.head_dim; ++i) {
           const size_t from = static_cast<size_t>(pos * row + h * c.head_dim + i);
-          ASSERT_EQ(pc.k[static_cast<size_t>(at + i)], k[from]);
-          ASSERT_EQ(pc.v[static_cast<size_t>(at + i)], v[from]);
+          ASSERT_EQ(pc.k[static_cast<size_t>(part + i * c.block_size + slot)], k[from]);
+          ASSERT_EQ(pc.v[static_cast<size_t>(part + slot * c.head_dim + i)], v[from]);
         }
       }
     }
@@ -137,8 +139,9 @@ TEST(AttentionTest, HandCheckedCausalCase) {
   PagedKvLayer layer{pool_k.data(), pool_v.data(), 2, 1, hd};
   const int32_t table[] = {1};
   WriteKv(layer, table, 0, 2, k.data(), v.data());
-  EXPECT_EQ(pool_k[4], 1.0f);           // block 1, slot 0
-  EXPECT_EQ(pool_k[7], 1.0f);           // block 1, slot 1
+  EXPECT_EQ(pool_k[4], 1.0f);           // block 1, dim 0 of slot 0
+  EXPECT_EQ(pool_k[7], 1.0f);           // block 1, dim 1 of slot 1
+  EXPECT_EQ(pool_v[5], 20.0f);          // block 1, slot 0, dim 1
   std::vector<float> q = {0, 1, 0, 1};  // two query tokens, one head
   std::vector<float> out(4);
   AttendSequence(q.data(), 2, 1, layer, table, 0, std::log(3.0f), out.data());

@@ -12,9 +12,12 @@
 //
 // Within an item the kernel goes tile by tile (up to a block's tokens) and
 // kv head by kv head within a tile, prefetching the slice the next call
-// will read while it reads its own (see PrefetchRow): a block stores each
-// kv head's rows together, so a slice is one contiguous run of memory, the
-// reads stay within one block and the next slice's address is known.
+// will read while it reads its own (see Prefetch): a block stores each kv
+// head's keys and values together, so a slice is one contiguous run of
+// memory, the reads stay within one block and the next slice's address is
+// known. Keys lie transposed within a block (attention.h), so the kernels
+// form 16 scores as 16 lanes of one vector and never reduce across lanes.
+
 #include <omp.h>
 
 #include <algorithm>
@@ -70,8 +73,8 @@ inline int64_t StateStride(int64_t head_dim) { return (head_dim + 2 + 15) / 16 *
 // `next_count` of them) while they read their own, a cache line for a
 // line: the memory then stays busy through the computation instead of
 // waiting for each tile's loads in turn (a core keeps only so many misses in
-// flight, and the sums take a good part of a tile's read time: ~22 GB/s
-// from L2 against ~11 from DRAM per core at GQA 4). The hint is prefetcht2
+// flight, and the sums take a good part of a tile's read time: ~13-15 GB/s
+// per core from L2 against ~11-12 from DRAM at GQA 4). The hint is prefetcht2
 // (to L2): the next call is a few microseconds away, and on the development
 // VM it read 2-5% faster than prefetcht0 in tandem_ops_bench's
 // BM_AttendDecode (1 GiB of KV, 2 threads, mean of 4 interleaved runs).
@@ -80,32 +83,58 @@ inline void Prefetch(const float* p) { __builtin_prefetch(p, 0, 1); }  // prefet
 inline void PrefetchRow(const float* p, int64_t hd) {
   for (int64_t d = 0; d < hd; d += 16) Prefetch(p + d);
 }
+// The lines of a tile's transposed keys (`count` keys from `kt`, `kstride`
+// floats between dimensions).
+inline void PrefetchKeys(const float* kt, int64_t kstride, int64_t hd, int64_t count) {
+  for (int64_t d = 0; d < hd; ++d) {
+    for (int64_t j = 0; j < count; j += 16) Prefetch(kt + d * kstride + j);
+  }
+}
 
 // ---------------------------------------------------------------------------
 // Portable kernel (compiler-vectorised): one query head at a time; the
-// tile's K and V rows come from L1 after the first head.
+// tile's keys and values come from L1 after the first head.
 //
-// q [group, hd]; k and v point at the tile's first token's kv-head slice,
-// `stride` floats between tokens; `count` <= kMaxTile tokens.
+// q [group, hd]; kt points at the tile's first key of its kv-head slice,
+// dimension d of key j at kt[d * kstride + j]; v at its first value row,
+// rows `vstride` floats apart; `count` <= kMaxTile tokens.
 
 __attribute__((target_clones("avx2", "default"))) void TilePortable(
-    const float* q, int64_t group, int64_t hd, const float* k, const float* v, int64_t stride,
-    int64_t count, float scale, float* state, int64_t sd, const float* next_k, const float* next_v,
-    int64_t next_count) {
+    const float* q, int64_t group, int64_t hd, const float* kt, int64_t kstride, const float* v,
+    int64_t vstride, int64_t count, float scale, float* state, int64_t sd, const float* next_k,
+    const float* next_v, int64_t next_count) {
   float p[kMaxTile];
   for (int64_t g = 0; g < group; ++g) {
     const float* qg = q + g * hd;
     float* acc = state + g * sd;
     // The first head's pass reads the tile from memory: it prefetches.
     const int64_t pf = g == 0 ? next_count : 0;
+    // Even and odd dimensions in two partial sums, each summed 8
+    // dimensions at a time into a fresh one then added to its total, as
+    // the AVX-512 kernel does at G = 4 (for its rounding error).
+    float t0[kMaxTile], t1[kMaxTile], a0[kMaxTile], a1[kMaxTile];
+    std::fill(t0, t0 + count, 0.0f);
+    std::fill(t1, t1 + count, 0.0f);
+    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+      std::fill(a0, a0 + count, 0.0f);
+      std::fill(a1, a1 + count, 0.0f);
+      for (int64_t d = d0; d < std::min(hd, d0 + 16); ++d) {
+        const float qd = qg[d];
+        const float* kd = kt + d * kstride;
+        for (int64_t j = 0; j < pf; j += 16) Prefetch(next_k + d * kstride + j);
+        float* ad = (d - d0) % 2 == 0 ? a0 : a1;
+#pragma omp simd
+        for (int64_t j = 0; j < count; ++j) ad[j] += qd * kd[j];
+      }
+#pragma omp simd
+      for (int64_t j = 0; j < count; ++j) {
+        t0[j] += a0[j];
+        t1[j] += a1[j];
+      }
+    }
     float mx = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < count; ++j) {
-      if (j < pf) PrefetchRow(next_k + j * stride, hd);
-      const float* kr = k + j * stride;
-      float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t d = 0; d < hd; ++d) dot += qg[d] * kr[d];
-      p[j] = dot * scale;
+      p[j] = (t0[j] + t1[j]) * scale;
       mx = std::max(mx, p[j]);
     }
     const float m_old = acc[hd];
@@ -123,19 +152,16 @@ __attribute__((target_clones("avx2", "default"))) void TilePortable(
 #pragma omp simd
     for (int64_t d = 0; d < hd; ++d) acc[d] *= corr;
     for (int64_t j = 0; j < count; ++j) {
-      if (j < pf) PrefetchRow(next_v + j * stride, hd);
-      const float* vr = v + j * stride;
+      if (j < pf) PrefetchRow(next_v + j * vstride, hd);
+      const float* vr = v + j * vstride;
       const float pj = p[j];
 #pragma omp simd
       for (int64_t d = 0; d < hd; ++d) acc[d] += pj * vr[d];
     }
   }
   // A next tile longer than this one (after a chunk's first, partial
-  // block): its remaining rows.
-  for (int64_t j = count; j < next_count; ++j) {
-    PrefetchRow(next_k + j * stride, hd);
-    PrefetchRow(next_v + j * stride, hd);
-  }
+  // block): its remaining value rows.
+  for (int64_t j = count; j < next_count; ++j) PrefetchRow(next_v + j * vstride, hd);
 }
 
 // ---------------------------------------------------------------------------
@@ -200,100 +226,6 @@ TANDEM_AVX512 inline void Store(float* p, __mmask16 m, __m512 x) {
   }
 }
 
-// 512 -> 256 bits of two vectors: [a.l0 + a.l2, a.l1 + a.l3, b.l0 + b.l2,
-// b.l1 + b.l3] (l: 128-bit lanes).
-TANDEM_AVX512 inline __m512 AddHalves(__m512 a, __m512 b) {
-  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                       _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-}
-
-// Two AddHalves results to one whose lane i holds 4 partial sums of input i.
-TANDEM_AVX512 inline __m512 AddQuarters(__m512 x, __m512 y) {
-  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// Elements 0..7 are the sums of v0 .. v7: one transposing tree of 16
-// shuffles and 8 adds, instead of 8 horizontal reductions of ~9 ops each
-// (which compete with the FMAs for port 5).
-TANDEM_AVX512 inline __m256 Sum8(__m512 v0, __m512 v1, __m512 v2, __m512 v3, __m512 v4, __m512 v5,
-                                 __m512 v6, __m512 v7) {
-  const __m512 lo = AddQuarters(AddHalves(v0, v1), AddHalves(v2, v3));  // lane i: v_i
-  const __m512 hi = AddQuarters(AddHalves(v4, v5), AddHalves(v6, v7));  // lane i: v_{i+4}
-  // Within lanes: [lo0 + lo2, lo1 + lo3, hi0 + hi2, hi1 + hi3], then pairs.
-  const __m512 u = _mm512_add_ps(_mm512_shuffle_ps(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm512_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 w = _mm512_add_ps(u, _mm512_shuffle_ps(u, u, _MM_SHUFFLE(2, 3, 0, 1)));
-  // Element 4i holds sum(v_i), element 4i + 2 sum(v_{i+4}).
-  const __m512i idx = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 10, 6, 2, 12, 8, 4, 0);
-  return _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, w));
-}
-
-// Accumulator N of a[R][G] in row-major order, or zero past the end.
-template <int N, int G, int R>
-TANDEM_AVX512 inline __m512 AccOrZero(const __m512 (&a)[R][G]) {
-  if constexpr (N < R * G) {
-    return a[N / G][N % G];
-  } else {
-    return _mm512_setzero_ps();
-  }
-}
-
-// Scores of R K rows (`stride` floats apart) for G query heads: R * G
-// independent FMA chains, each q vector loaded once for the R rows. The
-// first `pf_rows` rows at `pk` (the next call's) are prefetched alongside,
-// a cache line for each one loaded.
-template <int G, int R>
-TANDEM_AVX512 __attribute__((always_inline)) inline void ScoreRows(
-    const float* q, int64_t hd, int64_t hd_full, __mmask16 tail, const float* k, int64_t stride,
-    float scale, float (*p)[kMaxTile], int64_t j, const float* pk, int64_t pf_rows) {
-  __m512 a[R][G];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) a[r][g] = _mm512_setzero_ps();
-  }
-  for (int64_t d = 0; d < hd_full; d += 16) {
-    __m512 kv[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      if (r < pf_rows) Prefetch(pk + r * stride + d);
-      kv[r] = _mm512_loadu_ps(k + r * stride + d);
-    }
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) {
-      const __m512 qv = _mm512_loadu_ps(q + g * hd + d);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) a[r][g] = _mm512_fmadd_ps(qv, kv[r], a[r][g]);
-    }
-  }
-  if (tail != 0) {
-    __m512 kv[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      if (r < pf_rows) Prefetch(pk + r * stride + hd_full);
-      kv[r] = _mm512_maskz_loadu_ps(tail, k + r * stride + hd_full);
-    }
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) {
-      const __m512 qv = _mm512_maskz_loadu_ps(tail, q + g * hd + hd_full);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) a[r][g] = _mm512_fmadd_ps(qv, kv[r], a[r][g]);
-    }
-  }
-  static_assert(R * G <= 8);
-  alignas(32) float sums[8];
-  _mm256_store_ps(
-      sums, _mm256_mul_ps(Sum8(AccOrZero<0>(a), AccOrZero<1>(a), AccOrZero<2>(a), AccOrZero<3>(a),
-                               AccOrZero<4>(a), AccOrZero<5>(a), AccOrZero<6>(a), AccOrZero<7>(a)),
-                          _mm256_set1_ps(scale)));
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) p[g][j + r] = sums[r * G + g];
-  }
-}
-
 // acc[g, d .. d+16C) = acc * corr[g] + sum_j p[g][j] v[j, d .. d+16C): the
 // G * C accumulators stay in registers across the tile's V rows, and each
 // broadcast p[g][j] serves C vectors. Rows j < pf_count at `pv` (the next
@@ -337,31 +269,116 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void PvStep(
 // kept the Exp512 constants live across the V loop and spilled its
 // accumulators (G = 8 ran at half speed).
 
-// Scores of the tile's K rows into p, kRows rows at a time.
-template <int G>
-TANDEM_AVX512 __attribute__((noinline)) void ScoreTile(const float* q, int64_t hd, const float* k,
-                                                       int64_t stride, int64_t count, float scale,
-                                                       float (*p)[kMaxTile], const float* next_k,
-                                                       const float* next_v, int64_t next_count) {
-  const int64_t hd_full = hd / 16 * 16;
-  const __mmask16 tail = TailMask(hd - hd_full);
-  // At most 8 accumulators: GCC keeps larger arrays of vectors in memory.
-  constexpr int kRows = G <= 2 ? 4 : G <= 4 ? 2 : 1;
-  int64_t j = 0;
-  for (; j + kRows <= count; j += kRows) {
-    ScoreRows<G, kRows>(q, hd, hd_full, tail, k + j * stride, stride, scale, p, j,
-                        next_k + j * stride, std::clamp<int64_t>(next_count - j, 0, kRows));
+// Scores of the tile's keys into p, 16 keys at a time. With the keys
+// transposed, dimension d of 16 keys is one vector: each query head's 16
+// scores build up in the lanes of one accumulator, one FMA per dimension
+// with the broadcast q[g][d], and need no reduction across lanes (with
+// row-major keys, reducing each key's 16 lanes cost about as much as its
+// FMAs at head_dim 64). The dimensions are split over P >= 4 interleaved
+// partial sums: that keeps a score's rounding error at the row-major
+// kernel's (16 lanes of hd / 16 terms each; one chain of 128 dimensions
+// doubled the decode test's worst error and broke its 1e-5 bound at
+// q_scale 8), and gives 8 or more independent FMA chains to hide the FMA
+// latency. At most 4 heads at a time keep the G * P accumulators in
+// registers; a larger group runs in two slices, the second finding the keys
+// in L1. The next call's keys are prefetched alongside (by the first slice),
+// a line for each line loaded.
+// G * P accumulators over the dimensions [d, d_end) (a multiple of P
+// long), each a sum of FMAs from zero; the last `tail` dimensions go to the
+// first partial sum.
+template <int G, int P>
+TANDEM_AVX512 __attribute__((always_inline)) inline void DotKeys(
+    const float* q, int64_t hd, const float* k, int64_t kstride, __mmask16 m, const float* nk,
+    bool pf, int64_t d, int64_t d_end, int64_t tail, __m512 (&a)[P][G]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < P; ++r) {
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) a[r][g] = _mm512_setzero_ps();
   }
-  for (; j < count; ++j) {
-    ScoreRows<G, 1>(q, hd, hd_full, tail, k + j * stride, stride, scale, p, j, next_k + j * stride,
-                    std::clamp<int64_t>(next_count - j, 0, 1));
+  for (; d < d_end; d += P) {
+#pragma GCC unroll 8
+    for (int r = 0; r < P; ++r) {
+      if (pf) Prefetch(nk + (d + r) * kstride);
+      const __m512 kv = _mm512_maskz_loadu_ps(m, k + (d + r) * kstride);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) {
+        a[r][g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * hd + d + r]), kv, a[r][g]);
+      }
+    }
+  }
+  // Constant indices keep a in registers.
+  for (int64_t e = d; e < d + tail; ++e) {
+    if (pf) Prefetch(nk + e * kstride);
+    const __m512 kv = _mm512_maskz_loadu_ps(m, k + e * kstride);
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      a[0][g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * hd + e]), kv, a[0][g]);
+    }
+  }
+}
+
+template <int G>
+TANDEM_AVX512 __attribute__((always_inline)) inline void ScoreKeys(
+    const float* q, int64_t hd, const float* kt, int64_t kstride, int64_t count, float scale,
+    float (*p)[kMaxTile], const float* next_k, int64_t next_count) {
+  static_assert(G <= 4);
+  // P interleaved partial sums (8 independent FMA chains at G = 4), each
+  // summed kRun dimensions at a time into a fresh register then added to
+  // its total, and the totals added pairwise.
+  constexpr int P = G == 1 ? 8 : G == 2 ? 4 : 2;
+  constexpr int64_t kRun = 8;
+  constexpr int64_t kSpan = kRun * P;  // dimensions per round
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int64_t j = 0; j < count; j += 16) {
+    const __mmask16 m = TailMask(count - j);
+    const bool pf = j < next_count;
+    const float* k = kt + j;
+    const float* nk = next_k + j;
+    __m512 t[P][G];
+    const int64_t first_end = std::min(hd, kSpan);
+    DotKeys<G, P>(q, hd, k, kstride, m, nk, pf, 0, first_end / P * P, first_end % P, t);
+    for (int64_t d = kSpan; d < hd; d += kSpan) {
+      const int64_t end = std::min(hd, d + kSpan);
+      __m512 a[P][G];
+      DotKeys<G, P>(q, hd, k, kstride, m, nk, pf, d, d + (end - d) / P * P, (end - d) % P, a);
+#pragma GCC unroll 8
+      for (int r = 0; r < P; ++r) {
+#pragma GCC unroll 4
+        for (int g = 0; g < G; ++g) t[r][g] = _mm512_add_ps(t[r][g], a[r][g]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      __m512 s[P];
+#pragma GCC unroll 8
+      for (int r = 0; r < P; ++r) s[r] = t[r][g];
+#pragma GCC unroll 4
+      for (int w = 1; w < P; w *= 2) {
+#pragma GCC unroll 8
+        for (int r = 0; r + w < P; r += 2 * w) s[r] = _mm512_add_ps(s[r], s[r + w]);
+      }
+      _mm512_store_ps(p[g] + j, _mm512_mul_ps(s[0], sc));
+    }
+  }
+}
+
+template <int G>
+TANDEM_AVX512 __attribute__((noinline)) void ScoreTile(const float* q, int64_t hd, const float* kt,
+                                                       int64_t kstride, int64_t count, float scale,
+                                                       float (*p)[kMaxTile], const float* next_k,
+                                                       const float* next_v, int64_t vstride,
+                                                       int64_t next_count) {
+  if constexpr (G <= 4) {
+    ScoreKeys<G>(q, hd, kt, kstride, count, scale, p, next_k, next_count);
+  } else {
+    ScoreKeys<4>(q, hd, kt, kstride, count, scale, p, next_k, next_count);
+    ScoreKeys<G - 4>(q + 4 * hd, hd, kt, kstride, count, scale, p + 4, next_k, 0);
   }
   // A next tile longer than this one (after a chunk's first, partial
-  // block): its remaining rows.
-  for (j = count; j < next_count; ++j) {
-    PrefetchRow(next_k + j * stride, hd);
-    PrefetchRow(next_v + j * stride, hd);
-  }
+  // block): its remaining keys and value rows.
+  const int64_t covered = (count + 15) / 16 * 16;
+  if (next_count > covered) PrefetchKeys(next_k + covered, kstride, hd, next_count - covered);
+  for (int64_t r = count; r < next_count; ++r) PrefetchRow(next_v + r * vstride, hd);
 }
 
 // Online softmax over the tile's scores: p becomes exp(s - m_new), each
@@ -383,7 +400,9 @@ TANDEM_AVX512 inline void SoftmaxTile(int64_t hd, int64_t count, float (*p)[kMax
     const float m_old = st[hd];
     const float m_new = std::max(m_old, mx);
     // exp(-inf) = 0 on the first tile: acc and l start at zero anyway.
-    corr[g] = internal::ExpApprox(m_old - m_new);
+    // Past the first tiles the maximum seldom moves, and ExpApprox(0) is
+    // exactly 1: the scalar exp is skipped then.
+    corr[g] = m_new == m_old ? 1.0f : internal::ExpApprox(m_old - m_new);
     const __m512 mn = _mm512_set1_ps(m_new);
     __m512 e = _mm512_maskz_mov_ps(m0, Exp512(_mm512_sub_ps(s0, mn)));
     _mm512_store_ps(p[g], e);
@@ -419,21 +438,22 @@ TANDEM_AVX512 __attribute__((noinline)) void PvTile(const float (*p)[kMaxTile], 
   }
 }
 
-// The tile (k, v: `count` rows, `stride` floats apart, hd floats each) for
-// G query heads, prefetching the next call's rows as it goes.
+// The tile for G query heads (kt: its transposed keys, `kstride` floats
+// between dimensions; v: `count` value rows of hd floats, hd apart),
+// prefetching the next call's keys and values as it goes.
 template <int G>
-TANDEM_AVX512 void TileAvx512G(const float* q, int64_t hd, const float* k, const float* v,
-                               int64_t stride, int64_t count, float scale, float* state, int64_t sd,
+TANDEM_AVX512 void TileAvx512G(const float* q, int64_t hd, const float* kt, int64_t kstride,
+                               const float* v, int64_t count, float scale, float* state, int64_t sd,
                                const float* next_k, const float* next_v, int64_t next_count) {
   alignas(64) float p[G][kMaxTile];
   float corr[G];
-  ScoreTile<G>(q, hd, k, stride, count, scale, p, next_k, next_v, next_count);
+  ScoreTile<G>(q, hd, kt, kstride, count, scale, p, next_k, next_v, hd, next_count);
   SoftmaxTile<G>(hd, count, p, state, sd, corr);
-  PvTile<G>(p, corr, hd, v, stride, count, state, sd, next_v, next_count);
+  PvTile<G>(p, corr, hd, v, hd, count, state, sd, next_v, next_count);
 }
 
-TANDEM_AVX512 void TileAvx512(const float* q, int64_t group, int64_t hd, const float* k,
-                              const float* v, int64_t stride, int64_t count, float scale,
+TANDEM_AVX512 void TileAvx512(const float* q, int64_t group, int64_t hd, const float* kt,
+                              int64_t kstride, const float* v, int64_t count, float scale,
                               float* state, int64_t sd, const float* next_k, const float* next_v,
                               int64_t next_count) {
   for (int64_t g0 = 0; g0 < group; g0 += kMaxGroup) {
@@ -442,30 +462,19 @@ TANDEM_AVX512 void TileAvx512(const float* q, int64_t group, int64_t hd, const f
     // Slices after the first find the tile in L1: nothing more to prefetch.
     const int64_t nc = g0 == 0 ? next_count : 0;
     switch (std::min<int64_t>(kMaxGroup, group - g0)) {
-      case 1:
-        TileAvx512G<1>(qg, hd, k, v, stride, count, scale, st, sd, next_k, next_v, nc);
-        break;
-      case 2:
-        TileAvx512G<2>(qg, hd, k, v, stride, count, scale, st, sd, next_k, next_v, nc);
-        break;
-      case 3:
-        TileAvx512G<3>(qg, hd, k, v, stride, count, scale, st, sd, next_k, next_v, nc);
-        break;
-      case 4:
-        TileAvx512G<4>(qg, hd, k, v, stride, count, scale, st, sd, next_k, next_v, nc);
-        break;
-      case 5:
-        TileAvx512G<5>(qg, hd, k, v, stride, count, scale, st, sd, next_k, next_v, nc);
-        break;
-      case 6:
-        TileAvx512G<6>(qg, hd, k, v, stride, count, scale, st, sd, next_k, next_v, nc);
-        break;
-      case 7:
-        TileAvx512G<7>(qg, hd, k, v, stride, count, scale, st, sd, next_k, next_v, nc);
-        break;
-      default:
-        TileAvx512G<8>(qg, hd, k, v, stride, count, scale, st, sd, next_k, next_v, nc);
-        break;
+#define TANDEM_TILE_CASE(G)                                                                  \
+  case G:                                                                                    \
+    TileAvx512G<G>(qg, hd, kt, kstride, v, count, scale, st, sd, next_k, next_v, nc); \
+    break;
+      TANDEM_TILE_CASE(1)
+      TANDEM_TILE_CASE(2)
+      TANDEM_TILE_CASE(3)
+      TANDEM_TILE_CASE(4)
+      TANDEM_TILE_CASE(5)
+      TANDEM_TILE_CASE(6)
+      TANDEM_TILE_CASE(7)
+      TANDEM_TILE_CASE(8)
+#undef TANDEM_TILE_CASE
     }
   }
 }
@@ -490,18 +499,24 @@ void RunItem(const DecodeQuery& dq, const Item& it, int64_t heads, const PagedKv
              float scale, bool avx512, float* state, int64_t sd) {
   const int64_t hd = kv.head_dim, bs = kv.block_size, kvh_count = kv.kv_heads;
   const int64_t group = heads / kvh_count;
-  // A block is [kv_heads, block_size, head_dim]: a tile of one kv head is
-  // `n` consecutive rows of hd floats, and the block's next kv head starts
-  // bs rows on.
+  // A block holds, per kv head, bs keys transposed ([head_dim, block_size])
+  // and bs value rows ([block_size, head_dim]): a tile of one kv head is a
+  // column range of the first and `n` consecutive rows of the second, and
+  // the block's next kv head starts bs * hd floats on in both.
   const int64_t head_stride = bs * hd;
-  // The tile starting at token t: the offset of its kv head 0 row and its
-  // length.
-  auto tile = [&](int64_t t, int64_t* at) {
+  // The tile starting at token t: the offsets of its kv head 0 keys and
+  // values and its length.
+  struct At {
+    int64_t k = 0, v = 0;
+  };
+  auto tile = [&](int64_t t, At* at) {
     const int64_t off = t % bs;
-    *at = (static_cast<int64_t>(dq.block_table[t / bs]) * kvh_count * bs + off) * hd;
+    const int64_t block = static_cast<int64_t>(dq.block_table[t / bs]) * kvh_count * head_stride;
+    at->k = block + off;
+    at->v = block + off * hd;
     return std::min({kMaxTile, bs - off, it.t1 - t});
   };
-  int64_t at = 0;
+  At at;
   int64_t n = tile(it.t0, &at);
   for (int64_t h = 0; h < heads; ++h) {
     float* st = state + h * sd;
@@ -510,23 +525,23 @@ void RunItem(const DecodeQuery& dq, const Item& it, int64_t heads, const PagedKv
     st[hd + 1] = 0.0f;
   }
   for (int64_t t = it.t0; t < it.t1;) {
-    int64_t next_at = 0;
+    At next_at;
     const int64_t next_n = t + n < it.t1 ? tile(t + n, &next_at) : 0;
     for (int64_t kvh = 0; kvh < kvh_count; ++kvh) {
       const float* q = dq.q + kvh * group * hd;
       float* st = state + kvh * group * sd;
-      const int64_t off = at + kvh * head_stride;
+      const At cur{at.k + kvh * head_stride, at.v + kvh * head_stride};
       // What the next call reads: this tile's next kv head, or the next
       // tile's first.
       const bool last = kvh + 1 == kvh_count;
-      const int64_t next_off = last ? next_at : off + head_stride;
+      const At next = last ? next_at : At{cur.k + head_stride, cur.v + head_stride};
       const int64_t nn = last ? next_n : n;
       if (avx512) {
-        TileAvx512(q, group, hd, kv.k + off, kv.v + off, hd, n, scale, st, sd, kv.k + next_off,
-                   kv.v + next_off, nn);
+        TileAvx512(q, group, hd, kv.k + cur.k, bs, kv.v + cur.v, n, scale, st, sd,
+                   kv.k + next.k, kv.v + next.v, nn);
       } else {
-        TilePortable(q, group, hd, kv.k + off, kv.v + off, hd, n, scale, st, sd, kv.k + next_off,
-                     kv.v + next_off, nn);
+        TilePortable(q, group, hd, kv.k + cur.k, bs, kv.v + cur.v, hd, n, scale, st, sd,
+                     kv.k + next.k, kv.v + next.v, nn);
       }
     }
     t += n;

@@ -17,7 +17,7 @@ inline constexpr int64_t kMaxDecodeHeadDim = 256;
 // the first context_lens[s] keys of sequence s (its current token's K/V
 // already written), read through its row of block_tables [seqs,
 // max_blocks] from the cache k/v [num_blocks, block_size, kv_heads,
-// head_dim] (token-major; the host kernels' blocks are head-major, see
+// head_dim] (token-major; the host kernels lay blocks out by kv head, see
 // ops::PagedKvLayer) in `kv_type`. Query head h reads
 // KV head h / (heads / kv_heads). Softmax in f32 with max subtraction (an
 // online softmax per warp, merged across the block's warps). out [seqs,
