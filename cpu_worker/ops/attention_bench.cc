@@ -1,8 +1,11 @@
 // Decode attention throughput (ops::AttendDecode) in KV bytes read per
 // second, hot (the KV fits in L2, so the figure is the kernel's own speed)
 // and cold (a 1 GiB cache read from DRAM; compare with BM_ReadBandwidth).
-// The shape is the dense synthetic model's: 4 kv heads, group 4, head_dim
-// 128, 16-token blocks. OMP_NUM_THREADS sets the thread count.
+// The shapes are the synthetic models' (4 kv heads, group 4, 16-token
+// blocks): head_dim 128 (dense) and 64 (MoE). OMP_NUM_THREADS sets the
+// thread count.
+#include <sys/mman.h>
+
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -14,25 +17,47 @@
 namespace tandem::ops {
 namespace {
 
-constexpr int64_t kKvHeads = 4, kGroup = 4, kHeadDim = 128, kBlock = 16;
+// Floats in memory mapped as the KV caches map theirs (HugePageArray:
+// anonymous, huge pages advised), so the benchmark sees the same TLB reach.
+struct MappedFloats {
+  explicit MappedFloats(size_t n) : bytes(n * sizeof(float)) {
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return;
+    (void)madvise(m, bytes, MADV_HUGEPAGE);
+    p = static_cast<float*>(m);
+  }
+  ~MappedFloats() {
+    if (p != nullptr) munmap(p, bytes);
+  }
+  MappedFloats(const MappedFloats&) = delete;
+  MappedFloats& operator=(const MappedFloats&) = delete;
+  size_t bytes;
+  float* p = nullptr;
+};
 
-// Args: context (keys per sequence), sequences.
+constexpr int64_t kKvHeads = 4, kGroup = 4, kBlock = 16;
+
+// Args: context (keys per sequence), sequences, head_dim.
 void BM_AttendDecode(benchmark::State& state) {
-  const int64_t ctx = state.range(0), seqs = state.range(1);
+  const int64_t ctx = state.range(0), seqs = state.range(1), head_dim = state.range(2);
   const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock;
-  const int64_t row = kKvHeads * kHeadDim, heads = kKvHeads * kGroup;
+  const int64_t row = kKvHeads * head_dim, heads = kKvHeads * kGroup;
   const int64_t elems = seqs * blocks_per_seq * kBlock * row;
   // Uniform values from a cheap generator: 2^28 normal draws for the cold
   // cache took longer than the measurement (values do not change the work).
-  std::vector<float> k(static_cast<size_t>(elems)), v(k.size());
+  MappedFloats k(static_cast<size_t>(elems)), v(static_cast<size_t>(elems));
+  if (k.p == nullptr || v.p == nullptr) {
+    state.SkipWithError("cannot map the KV cache");
+    return;
+  }
   uint32_t lcg = 1;
   auto next = [&lcg] {
     lcg = lcg * 1664525u + 1013904223u;
     return static_cast<float>(lcg >> 8) / static_cast<float>(1 << 24) - 0.5f;
   };
-  for (size_t i = 0; i < k.size(); ++i) {
-    k[i] = next();
-    v[i] = next();
+  for (int64_t i = 0; i < elems; ++i) {
+    k.p[i] = next();
+    v.p[i] = next();
   }
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -44,15 +69,15 @@ void BM_AttendDecode(benchmark::State& state) {
       tables[static_cast<size_t>(s)].push_back(static_cast<int32_t>(b * seqs + s));
     }
   }
-  PagedKvLayer kv{k.data(), v.data(), kBlock, kKvHeads, kHeadDim};
-  std::vector<float> q(static_cast<size_t>(seqs * heads * kHeadDim)), out(q.size());
+  PagedKvLayer kv{k.p, v.p, kBlock, kKvHeads, head_dim};
+  std::vector<float> q(static_cast<size_t>(seqs * heads * head_dim)), out(q.size());
   for (float& x : q) x = dist(rng);
   std::vector<DecodeQuery> queries;
   for (int64_t s = 0; s < seqs; ++s) {
-    queries.push_back({q.data() + s * heads * kHeadDim, tables[static_cast<size_t>(s)].data(), ctx,
-                       out.data() + s * heads * kHeadDim});
+    queries.push_back({q.data() + s * heads * head_dim, tables[static_cast<size_t>(s)].data(), ctx,
+                       out.data() + s * heads * head_dim});
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   for (auto _ : state) {
     AttendDecode(queries.data(), seqs, heads, kv, scale);
     benchmark::DoNotOptimize(out.data());
@@ -61,11 +86,14 @@ void BM_AttendDecode(benchmark::State& state) {
   state.counters["KV_GB/s"] = benchmark::Counter(
       bytes * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
-// Hot: 2 x 128 keys x 2 KiB = 512 KiB of K and V. Cold: 1 GiB.
+// Hot: 2 x 128 keys x 2 KiB = 512 KiB of K and V at head_dim 128. Cold:
+// 1 GiB.
 BENCHMARK(BM_AttendDecode)
-    ->ArgNames({"ctx", "seqs"})
-    ->Args({128, 1})
-    ->Args({4096, 64})
+    ->ArgNames({"ctx", "seqs", "hd"})
+    ->Args({128, 1, 128})
+    ->Args({4096, 64, 128})
+    ->Args({256, 1, 64})
+    ->Args({4096, 128, 64})
     ->UseRealTime()
     ->MinTime(1.0);
 
