@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/intrinsics.h"
+#include "cpu_worker/ops/quant_gemv_kernels.h"
 
 namespace tandem::ops::internal {
 namespace {
@@ -174,9 +175,18 @@ TANDEM_AMX void RunItem(int nb, const uint16_t* a0, const uint16_t* a1, int64_t 
   }
 }
 
-// Items [i0, i1) of 32 weight rows each. A weight tile that runs past n
-// reads its rows from a zero-padded copy.
-TANDEM_AMX void RunItems(const uint16_t* w, int64_t n, int64_t k, int64_t m, const uint8_t* pack,
+// Where an item's weight tiles lie: two tiles of 16 rows (the second
+// unused when nb = 1), `lda` bytes between rows.
+struct ItemTiles {
+  const uint16_t* a[2];
+  int64_t lda;
+  bool prefetch;  // ahead of the tile loads (rows read from memory)
+};
+
+// Items [i0, i1) of 32 weight rows each; `tiles(r0, rows, nb)` says where
+// the item at weight row r0 (`rows` rows, nb tiles) lies.
+template <typename Tiles>
+TANDEM_AMX void RunItems(const Tiles& tiles, int64_t n, int64_t k, int64_t m, const uint8_t* pack,
                          int64_t pack_stride, const float* bias, int64_t i0, int64_t i1,
                          float* y) {
   const int mt_count = m > 16 ? 2 : 1;
@@ -184,26 +194,14 @@ TANDEM_AMX void RunItems(const uint16_t* w, int64_t n, int64_t k, int64_t m, con
                                     static_cast<int>(std::max<int64_t>(m - 16, 0)));
   _tile_loadconfig(&cfg);
   alignas(64) float out[2 * 2 * 256];
-  thread_local std::vector<uint16_t> padded;
   for (int64_t item = i0; item < i1; ++item) {
     const int64_t r0 = item * kItemRows;
     const int nb = r0 + kTileRows < n ? 2 : 1;
-    const uint16_t* a[2] = {w + r0 * k, w + (r0 + kTileRows) * k};
-    int64_t lda = k * 2;
-    bool prefetch = true;
-    const int64_t rows = std::min(kItemRows, n - r0);
-    if (rows % kTileRows != 0) {
-      // The last tile is partial: copy the item's rows, zero the rest.
-      padded.assign(static_cast<size_t>(nb * kTileRows * k), 0);
-      std::memcpy(padded.data(), w + r0 * k, static_cast<size_t>(rows * k) * 2);
-      a[0] = padded.data();
-      a[1] = padded.data() + kTileRows * k;
-      prefetch = false;
-    }
+    const ItemTiles it = tiles(r0, std::min(kItemRows, n - r0), nb);
     if (mt_count == 2) {
-      RunItem<2>(nb, a[0], a[1], lda, pack, pack_stride, k, prefetch, out);
+      RunItem<2>(nb, it.a[0], it.a[1], it.lda, pack, pack_stride, k, it.prefetch, out);
     } else {
-      RunItem<1>(nb, a[0], a[1], lda, pack, pack_stride, k, prefetch, out);
+      RunItem<1>(nb, it.a[0], it.a[1], it.lda, pack, pack_stride, k, it.prefetch, out);
     }
     // out[t][mt][r][c] -> y[mt * 16 + c][r0 + 16 t + r].
     for (int t = 0; t < nb; ++t) {
@@ -235,12 +233,11 @@ bool AmxLinearFits(int64_t m, int64_t k) {
   return m >= 1 && m <= kAmxMaxRows && k > 0 && k % kKBlock == 0;
 }
 
-void AmxLinear(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k,
-               const float* bias, float* y) {
-  TANDEM_CHECK(AmxUsable());
-  TANDEM_CHECK(AmxLinearFits(m, k));
-  // Packed x: one B layout per column tile of 16 rows of x.
-  const int64_t pack_stride = k / 2 * 64;
+namespace {
+
+// x packed for the B operand (one layout per column tile of 16 rows of x)
+// into this thread's buffer, grown once; returns it, 64-byte aligned.
+uint8_t* PackX(const float* x, int64_t m, int64_t k, int64_t pack_stride) {
   thread_local std::vector<uint8_t> pack_buf;
   const size_t need = static_cast<size_t>(2 * pack_stride + 64);
   if (pack_buf.size() < need) pack_buf.resize(need);
@@ -248,18 +245,67 @@ void AmxLinear(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t 
       (reinterpret_cast<uintptr_t>(pack_buf.data()) + 63) & ~uintptr_t{63});
   PackColumns(x, k, static_cast<int>(std::min<int64_t>(m, 16)), pack);
   if (m > 16) PackColumns(x + 16 * k, k, static_cast<int>(m - 16), pack + pack_stride);
+  return pack;
+}
 
+// Runs `tiles`' items over the threads: a static split, so the same rows go
+// to the same thread on every call (the weights a thread reads stay on its
+// side of the cache).
+template <typename Tiles>
+void RunAll(const Tiles& tiles, int64_t weight_bytes, const float* x, int64_t m, int64_t n,
+            int64_t k, const float* bias, float* y) {
+  const int64_t pack_stride = k / 2 * 64;
+  const uint8_t* pack = PackX(x, m, k, pack_stride);
   const int64_t items = (n + kItemRows - 1) / kItemRows;
-  const bool parallel = n * k * 2 >= kMinParallelBytes && omp_get_max_threads() > 1;
+  const bool parallel = weight_bytes >= kMinParallelBytes && omp_get_max_threads() > 1;
 #pragma omp parallel if (parallel)
   {
-    // Static split of the items: the same rows to the same thread on every
-    // call (the weights a thread reads stay on its side of the cache).
     const int64_t threads = omp_get_num_threads();
     const int64_t t = omp_get_thread_num();
     const int64_t i0 = items * t / threads, i1 = items * (t + 1) / threads;
-    if (i0 < i1) RunItems(w, n, k, m, pack, pack_stride, bias, i0, i1, y);
+    if (i0 < i1) RunItems(tiles, n, k, m, pack, pack_stride, bias, i0, i1, y);
   }
+}
+
+}  // namespace
+
+void AmxLinear(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k,
+               const float* bias, float* y) {
+  TANDEM_CHECK(AmxUsable());
+  TANDEM_CHECK(AmxLinearFits(m, k));
+  // The weight tiles in place; the last, partial item from a zero-padded
+  // copy of its rows.
+  auto tiles = [w, k](int64_t r0, int64_t rows, int nb) {
+    if (rows % kTileRows == 0) {
+      return ItemTiles{{w + r0 * k, w + (r0 + kTileRows) * k}, k * 2, true};
+    }
+    thread_local std::vector<uint16_t> padded;
+    padded.assign(static_cast<size_t>(nb * kTileRows * k), 0);
+    std::memcpy(padded.data(), w + r0 * k, static_cast<size_t>(rows * k) * 2);
+    return ItemTiles{{padded.data(), padded.data() + kTileRows * k}, k * 2, false};
+  };
+  RunAll(tiles, n * k * 2, x, m, n, k, bias, y);
+}
+
+void AmxQuantLinear(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
+                    const float* bias, float* y) {
+  TANDEM_CHECK(AmxUsable());
+  TANDEM_CHECK(AmxLinearFits(m, k));
+  TANDEM_CHECK(t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1);
+  const int64_t row_bytes = k / kKBlock * DTypeBlockBytes(t);
+  const auto* src = static_cast<const uint8_t*>(w);
+  // Each item's rows dequantized into this thread's buffer (32 rows: 2k
+  // bytes each, in L2 for the tile loads that follow), rows past n zero.
+  auto tiles = [src, row_bytes, t, k](int64_t r0, int64_t rows, int) {
+    thread_local std::vector<uint16_t> buf;
+    buf.resize(static_cast<size_t>(kItemRows * k));
+    quant::DequantRowsBf16Avx512(t, src + r0 * row_bytes, row_bytes, rows, k, buf.data());
+    if (rows < kItemRows) {
+      std::fill(buf.begin() + rows * k, buf.end(), uint16_t{0});
+    }
+    return ItemTiles{{buf.data(), buf.data() + kTileRows * k}, k * 2, false};
+  };
+  RunAll(tiles, n * row_bytes, x, m, n, k, bias, y);
 }
 
 }  // namespace tandem::ops::internal

@@ -27,6 +27,8 @@
 
 #include <cstdint>
 
+#include "common/dtype.h"
+
 namespace tandem::ops::internal {
 
 // The most rows of x one call takes (two 16-column B tiles).
@@ -45,6 +47,18 @@ bool AmxLinearFits(int64_t m, int64_t k);
 // copy of x (m·k bf16, grown once) and a few KiB of scratch per thread.
 void AmxLinear(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k,
                const float* bias, float* y);
+
+// The same for GGUF block-quantized weights (`w`: n rows of k / 32 blocks
+// of `t`, kQ8_0, kQ4_0 or kQ4_1): each thread dequantizes an item's 32
+// weight rows to bf16 into a buffer of its own (d * q is exact in f32,
+// then rounded to nearest even, as QuantLinearViaGemm's panels are) and
+// runs the tiles on it while it is in L2, so the weights are read once, as
+// blocks, and the step stays bound by reading them: the dequantization
+// costs about as much per byte as DRAM does to deliver it. Numerics as
+// above, with the weights as dequantized and rounded; a row's result does
+// not depend on its batch either.
+void AmxQuantLinear(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
+                    const float* bias, float* y);
 
 }  // namespace tandem::ops::internal
 

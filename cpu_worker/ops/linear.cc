@@ -132,6 +132,8 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
                                                           : DType::kQ4_1;
     if (internal::QuantLinearUsesGemv(m)) {
       internal::QuantLinear(x, m, w.data(), t, w.rows(), w.cols(), bias, y, MaxKernelIsa());
+    } else if (internal::QuantUsesAmxKernel(m, w.cols())) {
+      internal::AmxQuantLinear(x, m, w.data(), t, w.rows(), w.cols(), bias, y);
     } else {
       internal::QuantLinearViaGemm(x, m, w.data(), t, w.rows(), w.cols(), bias, y);
     }
@@ -204,6 +206,10 @@ int64_t SmallBatchMaxRows(ComputeType t) {
 // is also the one size where it keeps the activations in f32.
 bool Bf16UsesAmxKernel(int64_t m, int64_t k) {
   return m >= 2 && AmxLinearFits(m, k) && AmxUsable();
+}
+
+bool QuantUsesAmxKernel(int64_t m, int64_t k) {
+  return !QuantLinearUsesGemv(m) && AmxLinearFits(m, k) && AmxUsable();
 }
 
 int64_t OnednnRows(int64_t m) {

@@ -110,8 +110,11 @@ class LinearWeight {
 // y[M, N] = x[M, K] · W^T + bias. `bias` may be null. Thread-safe; caches
 // oneDNN primitives per shape (bf16: with M rounded up to a few sizes per
 // octave, OnednnRows). Quantized weights: decode-sized batches take the
-// int8 kernels, larger ones dequantize panels of the weight for oneDNN's
-// GEMM (quant_gemv.h says where the switch lies).
+// int8 kernels; larger ones up to 32 rows, where AMX is usable, the AMX
+// kernel on dequantized bf16 rows (AmxQuantLinear: a row's result does not
+// depend on its batch within 9-32 rows), and the rest dequantized panels
+// of the weight for oneDNN's GEMM (quant_gemv.h says where the switch
+// lies).
 void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y);
 
 namespace internal {
@@ -125,6 +128,10 @@ inline constexpr int64_t kWeightAsSrcMaxRows = 32;
 // True if a bf16 Linear of m rows and k input features runs on the AMX
 // kernel (amx_linear.h).
 bool Bf16UsesAmxKernel(int64_t m, int64_t k);
+// True if a quantized Linear of m rows and k input features runs on the
+// AMX kernel (AmxQuantLinear): the batches above the int8 kernel's
+// (QuantLinearUsesGemv) up to kAmxMaxRows rows, where AMX is usable.
+bool QuantUsesAmxKernel(int64_t m, int64_t k);
 // The rows a bf16 oneDNN GEMM of m rows runs with: m rounded up to a
 // multiple of max(16, 2^floor(log2 m) / 8), so that prefill and MoE expert
 // batches of every size share a few primitives per octave (creating one

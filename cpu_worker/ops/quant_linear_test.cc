@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/quant.h"
+#include "cpu_worker/ops/amx_linear.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/quant_gemv.h"
@@ -269,6 +270,35 @@ TEST_P(QuantLinearTest, GemmPathPanels) {
                                    y.data(), panel);
       ExpectGemmPath(x, s.m, w.deq, s.n, s.k, bias.data(), y,
                      absl::StrCat("m=", s.m, " n=", s.n, " k=", s.k, " panel=", panel));
+    }
+  }
+}
+
+// The AMX kernel on dequantized rows (AmxQuantLinear) directly: n with a
+// partial last item, a lone partial tile and whole items, against the
+// reference on the operands as rounded to bf16; and a row's result is the
+// same bits in every batch of 1-32 rows.
+TEST_P(QuantLinearTest, AmxKernelOnDequantizedRows) {
+  if (!internal::AmxUsable()) GTEST_SKIP() << "AMX is not usable on this machine";
+  const DType t = GetParam();
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed, " dtype ", std::string(DTypeName(t))));
+  std::mt19937 rng(seed);
+  for (const Shape& s : {Shape{32, 45, 352}, Shape{32, 7, 96}, Shape{32, 64, 1056},
+                         Shape{32, 33, 64}}) {
+    const std::string what = absl::StrCat("n=", s.n, " k=", s.k);
+    const QuantWeight w = MakeWeight(rng, t, s.n, s.k);
+    const auto x = RandomVec(rng, s.m * s.k);
+    const auto bias = RandomVec(rng, s.n);
+    std::vector<float> all(static_cast<size_t>(s.m * s.n), NAN);
+    internal::AmxQuantLinear(x.data(), s.m, w.blocks.data(), t, s.n, s.k, bias.data(),
+                             all.data());
+    ExpectGemmPath(x, s.m, w.deq, s.n, s.k, bias.data(), all, what);
+    for (int64_t m : {1, 2, 9, 16, 17, 31}) {
+      std::vector<float> y(static_cast<size_t>(m * s.n), NAN);
+      internal::AmxQuantLinear(x.data(), m, w.blocks.data(), t, s.n, s.k, bias.data(), y.data());
+      EXPECT_TRUE(std::equal(y.begin(), y.end(), all.begin()))
+          << what << ": the first " << m << " rows alone differ from the same rows in 32";
     }
   }
 }
