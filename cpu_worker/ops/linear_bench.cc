@@ -149,6 +149,53 @@ BENCHMARK_CAPTURE(BM_QuantPath, q4_0, DType::kQ4_0)
     ->UseRealTime()
     ->MinTime(0.5);
 
+// Decode-sized batches on a quantized weight, cold (read from DRAM): the
+// int8 kernel (arg path 0), dequantized panels through oneDNN's GEMM (path
+// 1) and dequantized items through the AMX kernel (path 2,
+// AmxQuantLinear). W_GB/s counts the blocks' bytes.
+void BM_QuantSmallBatchPaths(benchmark::State& state, DType t) {
+  const int64_t m = state.range(0);
+  const int64_t path = state.range(1);
+  if (path == 2 && !internal::AmxUsable()) {
+    state.SkipWithError("AMX not usable here");
+    return;
+  }
+  const int64_t bytes = DTypeBytes(t, kN * kK).value();
+  const auto w = MakeWeights(t, static_cast<int>((kColdBytes + bytes - 1) / bytes));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * kK)), y(static_cast<size_t>(m * kN));
+  for (auto& v : x) v = dist(rng);
+  size_t next = 0;
+  for (auto _ : state) {
+    const void* wp = w[next].data();
+    if (path == 0) {
+      internal::QuantLinear(x.data(), m, wp, t, kN, kK, nullptr, y.data(), MaxKernelIsa());
+    } else if (path == 1) {
+      internal::QuantLinearViaGemm(x.data(), m, wp, t, kN, kK, nullptr, y.data());
+    } else {
+      internal::AmxQuantLinear(x.data(), m, wp, t, kN, kK, nullptr, y.data());
+    }
+    next = next + 1 == w.size() ? 0 : next + 1;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m) * kN * kK * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["W_GB/s"] = benchmark::Counter(static_cast<double>(bytes) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(BM_QuantSmallBatchPaths, q8_0, DType::kQ8_0)
+    ->ArgsProduct({{1, 2, 4, 8, 9, 16, 32}, {0, 1, 2}})
+    ->ArgNames({"m", "path"})
+    ->UseRealTime()
+    ->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_QuantSmallBatchPaths, q4_0, DType::kQ4_0)
+    ->ArgsProduct({{1, 8, 16, 32}, {0, 1, 2}})
+    ->ArgNames({"m", "path"})
+    ->UseRealTime()
+    ->MinTime(0.5);
+
 // Where the bf16 small-batch kernel should hand over to oneDNN (linear.h:
 // internal::SmallBatchMaxRows): the same cold weights through the kernel
 // (arg path 0), oneDNN's GEMM with x rounded to bf16 (path 1) and oneDNN
