@@ -7,6 +7,7 @@
 
 #include "common/quant.h"
 #include "common/status_macros.h"
+#include "cpu_worker/ops/amx_linear.h"
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/onednn_matmul.h"
 #include "cpu_worker/ops/quant_gemv_kernels.h"
@@ -232,6 +233,7 @@ void QuantizeActivationsReference(const float* x, int64_t k, float* x_hat) {
 
 bool QuantLinearUsesGemv(int64_t m) {
   // CpuHasBf16 reads the environment: not on the decode path.
+  if (AmxUsable()) return m <= kQuantGemvMaxRowsAmx;
   return m <= kQuantGemvMaxRowsBf16 || (m <= kQuantGemvMaxRowsF32 && !CpuHasBf16());
 }
 

@@ -25,11 +25,16 @@
 namespace tandem::ops::internal {
 
 // Linear sends batches up to these many rows to QuantLinear, larger ones to
-// QuantLinearViaGemm. Measured with linear_bench (BM_QuantPath, K = N = 4096,
-// one thread): against oneDNN's AVX512-BF16/AMX GEMM the int8 kernel wins
-// up to 8 rows and loses from 16; against its f32 GEMM (an AVX2 machine,
-// emulated with TANDEM_CPU_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2) it wins up to 32
-// rows and loses at 64.
+// the AMX kernel on dequantized rows (AmxQuantLinear, where AMX is usable,
+// up to 32 rows) or QuantLinearViaGemm. Measured with linear_bench: against
+// oneDNN's AVX512-BF16/AMX GEMM (BM_QuantPath, K = N = 4096, one thread)
+// the int8 kernel wins up to 8 rows and loses from 16; against the AMX
+// kernel (BM_QuantSmallBatchPaths, Q8_0, cold, 2 threads) it reads 17 and
+// 13 GB/s at 2 and 4 rows against 13-14 and 12, and 7 at 8 rows against
+// 12-14; against oneDNN's f32 GEMM (an AVX2 machine, emulated with
+// TANDEM_CPU_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2) it wins up to 32 rows and
+// loses at 64.
+inline constexpr int64_t kQuantGemvMaxRowsAmx = 4;
 inline constexpr int64_t kQuantGemvMaxRowsBf16 = 8;
 inline constexpr int64_t kQuantGemvMaxRowsF32 = 32;
 // True if Linear runs an m-row batch through QuantLinear.

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "common/quant.h"
+#include "cpu_worker/ops/dequant_bf16.h"
 #include "cpu_worker/ops/intrinsics.h"
 
 namespace tandem::ops::internal::quant {
@@ -184,7 +185,7 @@ TANDEM_VNNI void Rows(const Task& t, int64_t n0, int64_t n1) {
   for (; j < n1; ++j) RowGroup<T, 1>(t, j);
 }
 
-#define TANDEM_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
+#define TANDEM_AVX512BF16 __attribute__((target(TANDEM_DEQUANT_BF16_TARGET)))
 
 template <DType T>
 TANDEM_AVX512BF16 void DequantBf16(const uint8_t* src, int64_t row_bytes, int64_t rows, int64_t k,
@@ -192,32 +193,7 @@ TANDEM_AVX512BF16 void DequantBf16(const uint8_t* src, int64_t row_bytes, int64_
   for (int64_t r = 0; r < rows; ++r) {
     const auto* b = reinterpret_cast<const Block<T>*>(src + r * row_bytes);
     uint16_t* out = dst + r * k;
-    for (int64_t i = 0; i < k / kBlock; ++i, ++b, out += kBlock) {
-      const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
-      __m512i lo, hi;
-      if constexpr (T == DType::kQ8_0) {
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs));
-        lo = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(q));
-        hi = _mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1));
-      } else {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs));
-        const __m128i mask = _mm_set1_epi8(0x0f);
-        lo = _mm512_cvtepu8_epi32(_mm_and_si128(v, mask));
-        hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(v, 4), mask));
-        if constexpr (T == DType::kQ4_0) {
-          lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(8));
-          hi = _mm512_sub_epi32(hi, _mm512_set1_epi32(8));
-        }
-      }
-      __m512 flo = _mm512_mul_ps(_mm512_cvtepi32_ps(lo), d);
-      __m512 fhi = _mm512_mul_ps(_mm512_cvtepi32_ps(hi), d);
-      if constexpr (T == DType::kQ4_1) {
-        const __m512 m = _mm512_set1_ps(_cvtsh_ss(b->m));
-        flo = _mm512_add_ps(flo, m);
-        fhi = _mm512_add_ps(fhi, m);
-      }
-      _mm512_storeu_si512(out, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(fhi, flo)));
-    }
+    for (int64_t i = 0; i < k / kBlock; ++i, ++b, out += kBlock) DequantBlockBf16<T>(b, out);
   }
 }
 
