@@ -111,10 +111,10 @@ class LinearWeight {
 // oneDNN primitives per shape (bf16: with M rounded up to a few sizes per
 // octave, OnednnRows). Quantized weights: decode-sized batches take the
 // int8 kernels; larger ones up to 32 rows, where AMX is usable, the AMX
-// kernel on dequantized bf16 rows (AmxQuantLinear: a row's result does not
-// depend on its batch within 9-32 rows), and the rest dequantized panels
-// of the weight for oneDNN's GEMM (quant_gemv.h says where the switch
-// lies).
+// kernel on dequantized bf16 rows (AmxQuantLinear: a row's result does
+// not depend on its batch within the rows it takes, 5-32), and the rest
+// dequantized panels of the weight for oneDNN's GEMM (quant_gemv.h says
+// where the switches lie).
 void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y);
 
 namespace internal {
