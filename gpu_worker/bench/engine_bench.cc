@@ -64,7 +64,8 @@ PeakKind PrefillPeak(const ModelCosts& c) {
 }
 
 // Quantized weights run the int8 kernels only up to a few rows; larger
-// batches take prefill's dequantizing GEMM. The attention projections and
+// batches compute in bf16 on dequantized weights (the AMX kernel up to 32
+// rows, prefill's dequantizing GEMM above). The attention projections and
 // the LM head see all `batch` rows (a routed expert fewer: this is the
 // choice for the dense part).
 PeakKind DecodePeak(const ModelCosts& c, int64_t batch) {
