@@ -126,6 +126,45 @@ TANDEM_AMX void PackColumns(const float* x, int64_t k, int cols, uint8_t* pack) 
   }
 }
 
+// The C tiles of an item: NB (1 or 2) weight tiles x MT (1 or 2) column
+// tiles (see MakeConfig for the tile numbers).
+template <int NB, int MT>
+TANDEM_AMX __attribute__((always_inline)) inline void ZeroC() {
+  _tile_zero(0);
+  if constexpr (NB == 2) _tile_zero(1);
+  if constexpr (MT == 2) _tile_zero(2);
+  if constexpr (NB == 2 && MT == 2) _tile_zero(3);
+}
+
+// C += A · B for k-block kb: the A tiles from a0/a1 (row stride `lda`
+// bytes), the B tiles from the packed x.
+template <int NB, int MT>
+TANDEM_AMX __attribute__((always_inline)) inline void MultiplyBlock(
+    const void* a0, const void* a1, int64_t lda, const uint8_t* pack, int64_t pack_stride,
+    int64_t kb) {
+  _tile_loadd(6, pack + kb * kBTileBytes, 64);
+  if constexpr (MT == 2) _tile_loadd(7, pack + pack_stride + kb * kBTileBytes, 64);
+  _tile_loadd(4, a0, lda);
+  _tile_dpbf16ps(0, 4, 6);
+  if constexpr (MT == 2) _tile_dpbf16ps(2, 4, 7);
+  if constexpr (NB == 2) {
+    _tile_loadd(5, a1, lda);
+    _tile_dpbf16ps(1, 5, 6);
+    if constexpr (MT == 2) _tile_dpbf16ps(3, 5, 7);
+  }
+}
+
+// The C tiles to out: [NB][MT][16][16] f32.
+template <int NB, int MT>
+TANDEM_AMX __attribute__((always_inline)) inline void StoreC(float* out) {
+  _tile_stored(0, out, 64);
+  if constexpr (MT == 2) _tile_stored(2, out + 256, 64);
+  if constexpr (NB == 2) {
+    _tile_stored(1, out + 256 * MT, 64);
+    if constexpr (MT == 2) _tile_stored(3, out + 256 * MT + 256, 64);
+  }
+}
+
 // One item: NB (1 or 2) weight tiles against MT (1 or 2) column tiles over
 // all of k. a0/a1: the weight tiles' first rows (row stride `lda` bytes);
 // pack: column tile 0's packed x (tile 1 follows at `pack_stride`); out:
@@ -133,10 +172,7 @@ TANDEM_AMX void PackColumns(const float* x, int64_t k, int cols, uint8_t* pack) 
 template <int NB, int MT>
 TANDEM_AMX void Item(const uint16_t* a0, const uint16_t* a1, int64_t lda, const uint8_t* pack,
                      int64_t pack_stride, int64_t k, bool prefetch, float* out) {
-  _tile_zero(0);
-  if constexpr (NB == 2) _tile_zero(1);
-  if constexpr (MT == 2) _tile_zero(2);
-  if constexpr (NB == 2 && MT == 2) _tile_zero(3);
+  ZeroC<NB, MT>();
   const int64_t kblocks = k / kKBlock;
   const int64_t row_elems = lda / 2;
   for (int64_t kb = 0; kb < kblocks; ++kb) {
@@ -149,23 +185,9 @@ TANDEM_AMX void Item(const uint16_t* a0, const uint16_t* a1, int64_t lda, const 
         }
       }
     }
-    _tile_loadd(6, pack + kb * kBTileBytes, 64);
-    if constexpr (MT == 2) _tile_loadd(7, pack + pack_stride + kb * kBTileBytes, 64);
-    _tile_loadd(4, a0 + kb * kKBlock, lda);
-    _tile_dpbf16ps(0, 4, 6);
-    if constexpr (MT == 2) _tile_dpbf16ps(2, 4, 7);
-    if constexpr (NB == 2) {
-      _tile_loadd(5, a1 + kb * kKBlock, lda);
-      _tile_dpbf16ps(1, 5, 6);
-      if constexpr (MT == 2) _tile_dpbf16ps(3, 5, 7);
-    }
+    MultiplyBlock<NB, MT>(a0 + kb * kKBlock, a1 + kb * kKBlock, lda, pack, pack_stride, kb);
   }
-  _tile_stored(0, out, 64);
-  if constexpr (MT == 2) _tile_stored(2, out + 256, 64);
-  if constexpr (NB == 2) {
-    _tile_stored(1, out + 256 * MT, 64);
-    if constexpr (MT == 2) _tile_stored(3, out + 256 * MT + 256, 64);
-  }
+  StoreC<NB, MT>(out);
 }
 
 template <int MT>
@@ -195,10 +217,7 @@ TANDEM_AMX void QuantItem(const uint8_t* w, int64_t row_bytes, int64_t rows, con
   // for the tile loads of column kb (up to 1.3x faster at 16-32 rows).
   alignas(64) uint16_t buf[2][2][kTileRows * kKBlock];
   if (rows < NB * kTileRows) std::memset(buf, 0, sizeof(buf));
-  _tile_zero(0);
-  if constexpr (NB == 2) _tile_zero(1);
-  if constexpr (MT == 2) _tile_zero(2);
-  if constexpr (NB == 2 && MT == 2) _tile_zero(3);
+  ZeroC<NB, MT>();
   const int64_t kblocks = k / kKBlock;
   for (int64_t kb = 0; kb < kblocks; ++kb) {
     uint16_t(*a)[kTileRows * kKBlock] = buf[kb & 1];
@@ -210,23 +229,9 @@ TANDEM_AMX void QuantItem(const uint8_t* w, int64_t row_bytes, int64_t rows, con
       _mm_prefetch(reinterpret_cast<const char*>(b + kQuantPrefetchBytes), _MM_HINT_T0);
       DequantBlockBf16<T>(b, a[r / kTileRows] + (r % kTileRows) * kKBlock);
     }
-    _tile_loadd(6, pack + kb * kBTileBytes, 64);
-    if constexpr (MT == 2) _tile_loadd(7, pack + pack_stride + kb * kBTileBytes, 64);
-    _tile_loadd(4, a[0], 64);
-    _tile_dpbf16ps(0, 4, 6);
-    if constexpr (MT == 2) _tile_dpbf16ps(2, 4, 7);
-    if constexpr (NB == 2) {
-      _tile_loadd(5, a[1], 64);
-      _tile_dpbf16ps(1, 5, 6);
-      if constexpr (MT == 2) _tile_dpbf16ps(3, 5, 7);
-    }
+    MultiplyBlock<NB, MT>(a[0], a[1], 64, pack, pack_stride, kb);
   }
-  _tile_stored(0, out, 64);
-  if constexpr (MT == 2) _tile_stored(2, out + 256, 64);
-  if constexpr (NB == 2) {
-    _tile_stored(1, out + 256 * MT, 64);
-    if constexpr (MT == 2) _tile_stored(3, out + 256 * MT + 256, 64);
-  }
+  StoreC<NB, MT>(out);
 }
 
 template <DType T, int MT>

@@ -149,6 +149,24 @@ BENCHMARK_CAPTURE(BM_QuantPath, q4_0, DType::kQ4_0)
     ->UseRealTime()
     ->MinTime(0.5);
 
+// n activations drawn from N(0, 1), the same on every run.
+std::vector<float> NormalInput(int64_t n) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = dist(rng);
+  return x;
+}
+
+// GFLOP/s of an m-row product with the kN x kK weight, and GB/s of its
+// `weight_bytes`, per iteration.
+void ReportRates(benchmark::State& state, int64_t m, int64_t weight_bytes) {
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m) * kN * kK * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["W_GB/s"] = benchmark::Counter(static_cast<double>(weight_bytes) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // Decode-sized batches on a quantized weight, cold (read from DRAM): the
 // int8 kernel (arg path 0), dequantized panels through oneDNN's GEMM (path
 // 1) and dequantized items through the AMX kernel (path 2,
@@ -162,10 +180,8 @@ void BM_QuantSmallBatchPaths(benchmark::State& state, DType t) {
   }
   const int64_t bytes = DTypeBytes(t, kN * kK).value();
   const auto w = MakeWeights(t, static_cast<int>((kColdBytes + bytes - 1) / bytes));
-  std::mt19937 rng(2);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(m * kK)), y(static_cast<size_t>(m * kN));
-  for (auto& v : x) v = dist(rng);
+  const std::vector<float> x = NormalInput(m * kK);
+  std::vector<float> y(static_cast<size_t>(m * kN));
   size_t next = 0;
   for (auto _ : state) {
     const void* wp = w[next].data();
@@ -180,10 +196,7 @@ void BM_QuantSmallBatchPaths(benchmark::State& state, DType t) {
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m) * kN * kK * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["W_GB/s"] = benchmark::Counter(static_cast<double>(bytes) * 1e-9,
-                                                benchmark::Counter::kIsIterationInvariantRate);
+  ReportRates(state, m, bytes);
 }
 BENCHMARK_CAPTURE(BM_QuantSmallBatchPaths, q8_0, DType::kQ8_0)
     ->ArgsProduct({{1, 2, 4, 8, 9, 16, 32}, {0, 1, 2}})
@@ -242,10 +255,7 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m) * kN * kK * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["W_GB/s"] = benchmark::Counter(static_cast<double>(bytes) * 1e-9,
-                                                benchmark::Counter::kIsIterationInvariantRate);
+  ReportRates(state, m, bytes);
 }
 BENCHMARK(BM_Bf16SmallBatchPaths)
     ->ArgsProduct({{1, 2, 4, 8, 12, 16, 24, 32}, {0, 1, 2, 3}})
