@@ -155,10 +155,11 @@ struct Shape {
   int64_t m, n, k;
 };
 // k: one block, odd block counts (the AVX-512 kernel's half pair), and not
-// multiples of 256; n odd and below/above the kernels' row groups.
+// multiples of 256; n odd and below/above the kernels' row groups (8 rows
+// for one row of x, 4 for 2-4, 2 above).
 const Shape kShapes[] = {{1, 1, 32},     {1, 7, 96},     {2, 33, 160},  {3, 5, 1056},
                          {8, 257, 1056}, {17, 31, 288},  {64, 19, 224}, {1, 129, 4128},
-                         {2, 64, 32},    {64, 65, 1024}, {5, 3, 64}};
+                         {2, 64, 32},    {64, 65, 1024}, {5, 3, 64},    {4, 47, 352}};
 
 class QuantLinearTest : public ::testing::TestWithParam<DType> {};
 
