@@ -12,8 +12,8 @@
 
 #include "common/status_macros.h"
 #include "cpu_worker/ops/cpu_features.h"
-#include "cpu_worker/ops/intrinsics.h"
 #include "cpu_worker/ops/dequant_bf16.h"
+#include "cpu_worker/ops/intrinsics.h"
 
 namespace tandem::ops::internal {
 namespace {
@@ -311,8 +311,8 @@ uint8_t* PackX(const float* x, int64_t m, int64_t k, int64_t pack_stride) {
 
 // Runs the items over the threads: a static split, so the same rows go
 // to the same thread on every call (the weights a thread reads stay on its
-// side of the cache).
-// `make_run(pack, pack_stride)` gives the item runner (see RunItems).
+// side of the cache). `make_run(pack, pack_stride)` gives the item runner
+// (see RunItems).
 template <typename MakeRun>
 void RunAll(const MakeRun& make_run, int64_t weight_bytes, const float* x, int64_t m, int64_t n,
             int64_t k, const float* bias, float* y) {
@@ -328,6 +328,18 @@ void RunAll(const MakeRun& make_run, int64_t weight_bytes, const float* x, int64
     const int64_t i0 = items * t / threads, i1 = items * (t + 1) / threads;
     if (i0 < i1) RunItems(run, n, m, bias, i0, i1, y);
   }
+}
+
+template <DType T>
+void AmxQuantLinearOf(const float* x, int64_t m, const uint8_t* w, int64_t n, int64_t k,
+                      const float* bias, float* y) {
+  const int64_t row_bytes = k / kKBlock * static_cast<int64_t>(sizeof(QuantBlock<T>));
+  auto make_run = [w, k, row_bytes](const uint8_t* pack, int64_t pack_stride) {
+    return [=]<int MT>(int64_t r0, int64_t rows, int nb, float* out) {
+      RunQuantItem<T, MT>(nb, w + r0 * row_bytes, row_bytes, rows, pack, pack_stride, k, out);
+    };
+  };
+  RunAll(make_run, n * row_bytes, x, m, n, k, bias, y);
 }
 
 }  // namespace
@@ -354,22 +366,6 @@ void AmxLinear(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t 
   };
   RunAll(make_run, n * k * 2, x, m, n, k, bias, y);
 }
-
-namespace {
-
-template <DType T>
-void AmxQuantLinearOf(const float* x, int64_t m, const uint8_t* w, int64_t n, int64_t k,
-                      const float* bias, float* y) {
-  const int64_t row_bytes = k / kKBlock * static_cast<int64_t>(sizeof(QuantBlock<T>));
-  auto make_run = [w, k, row_bytes](const uint8_t* pack, int64_t pack_stride) {
-    return [=]<int MT>(int64_t r0, int64_t rows, int nb, float* out) {
-      RunQuantItem<T, MT>(nb, w + r0 * row_bytes, row_bytes, rows, pack, pack_stride, k, out);
-    };
-  };
-  RunAll(make_run, n * row_bytes, x, m, n, k, bias, y);
-}
-
-}  // namespace
 
 void AmxQuantLinear(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
                     const float* bias, float* y) {

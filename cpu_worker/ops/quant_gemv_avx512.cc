@@ -6,8 +6,6 @@
 // dot product is exact and costs one instruction per 64 weights.
 #include "cpu_worker/ops/quant_gemv_kernels.h"
 
-#include <type_traits>
-
 #include "common/quant.h"
 #include "cpu_worker/ops/dequant_bf16.h"
 #include "cpu_worker/ops/intrinsics.h"
@@ -21,10 +19,6 @@ namespace {
 // streamed at once the hardware prefetchers alone left a cold (DRAM) pass
 // ~20% slower in linear_bench.
 constexpr int kPrefetch = 512;
-
-template <DType T>
-using Block = std::conditional_t<T == DType::kQ8_0, BlockQ8_0,
-                                 std::conditional_t<T == DType::kQ4_0, BlockQ4_0, BlockQ4_1>>;
 
 // Lane pattern of a pair's two blocks (see Act512) and where in Act512::xs
 // the two blocks' d_x stand side by side ([d_x0, d_x1, ...]).
@@ -60,7 +54,7 @@ TANDEM_VNNI inline void LoadPair(const uint8_t* row, int64_t pair, __m512i& wv, 
                           _mm512_set1_epi8(static_cast<char>(0x80)));
     d = HalfPair(b[0].d, kSingle ? 0 : b[1].d);
   } else {
-    const auto* b = reinterpret_cast<const Block<T>*>(row) + 2 * pair;
+    const auto* b = reinterpret_cast<const QuantBlock<T>*>(row) + 2 * pair;
     const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[0].qs));
     const __m128i hi =
         kSingle ? _mm_setzero_si128() : _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[1].qs));
@@ -82,7 +76,7 @@ TANDEM_VNNI inline void Step(const Task& t, const Act512* a0, int64_t j0, int64_
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     const uint8_t* row = t.w + (j0 + r) * t.row_bytes;
-    _mm_prefetch(reinterpret_cast<const char*>(row + g * 2 * sizeof(Block<T>) + kPrefetch),
+    _mm_prefetch(reinterpret_cast<const char*>(row + g * 2 * sizeof(QuantBlock<T>) + kPrefetch),
                  _MM_HINT_T0);
     LoadPair<T, kSingle>(row, g, wv[r], d[r], m[r]);
   }
@@ -197,7 +191,7 @@ template <DType T>
 TANDEM_AVX512BF16 void DequantBf16(const uint8_t* src, int64_t row_bytes, int64_t rows, int64_t k,
                                    uint16_t* dst) {
   for (int64_t r = 0; r < rows; ++r) {
-    const auto* b = reinterpret_cast<const Block<T>*>(src + r * row_bytes);
+    const auto* b = reinterpret_cast<const QuantBlock<T>*>(src + r * row_bytes);
     uint16_t* out = dst + r * k;
     for (int64_t i = 0; i < k / kBlock; ++i, ++b, out += kBlock) DequantBlockBf16<T>(b, out);
   }
