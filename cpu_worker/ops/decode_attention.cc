@@ -269,20 +269,6 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void PvStep(
 // kept the Exp512 constants live across the V loop and spilled its
 // accumulators (G = 8 ran at half speed).
 
-// Scores of the tile's keys into p, 16 keys at a time. With the keys
-// transposed, dimension d of 16 keys is one vector: each query head's 16
-// scores build up in the lanes of one accumulator, one FMA per dimension
-// with the broadcast q[g][d], and need no reduction across lanes (with
-// row-major keys, reducing each key's 16 lanes cost about as much as its
-// FMAs at head_dim 64). The dimensions are split over P >= 4 interleaved
-// partial sums: that keeps a score's rounding error at the row-major
-// kernel's (16 lanes of hd / 16 terms each; one chain of 128 dimensions
-// doubled the decode test's worst error and broke its 1e-5 bound at
-// q_scale 8), and gives 8 or more independent FMA chains to hide the FMA
-// latency. At most 4 heads at a time keep the G * P accumulators in
-// registers; a larger group runs in two slices, the second finding the keys
-// in L1. The next call's keys are prefetched alongside (by the first slice),
-// a line for each line loaded.
 // G * P accumulators over the dimensions [d, d_end) (a multiple of P
 // long), each a sum of FMAs from zero; the last `tail` dimensions go to the
 // first partial sum.
@@ -317,14 +303,26 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void DotKeys(
   }
 }
 
+// Scores of the tile's keys into p, 16 keys at a time. With the keys
+// transposed, dimension d of 16 keys is one vector: each query head's 16
+// scores build up in the lanes of one accumulator, one FMA per dimension
+// with the broadcast q[g][d], and need no reduction across lanes (with
+// row-major keys, reducing each key's 16 lanes cost about as much as its
+// FMAs at head_dim 64). The dimensions are split over P interleaved partial
+// sums (8 independent FMA chains at G = 4, to hide the FMA latency), each
+// summed 8 dimensions at a time into a fresh register then added to its
+// total, and the totals added pairwise: that keeps a score's rounding error
+// near the row-major kernel's (16 lanes of hd / 16 terms each; one chain of
+// 128 dimensions doubled the decode test's worst error and broke its 1e-5
+// bound at q_scale 8). At most 4 heads at a time keep the accumulators in
+// registers; a larger group runs in two slices (ScoreTile), the second
+// finding the keys in L1. The next call's keys are prefetched alongside,
+// a line for each line loaded.
 template <int G>
 TANDEM_AVX512 __attribute__((always_inline)) inline void ScoreKeys(
     const float* q, int64_t hd, const float* kt, int64_t kstride, int64_t count, float scale,
     float (*p)[kMaxTile], const float* next_k, int64_t next_count) {
   static_assert(G <= 4);
-  // P interleaved partial sums (8 independent FMA chains at G = 4), each
-  // summed kRun dimensions at a time into a fresh register then added to
-  // its total, and the totals added pairwise.
   constexpr int P = G == 1 ? 8 : G == 2 ? 4 : 2;
   constexpr int64_t kRun = 8;
   constexpr int64_t kSpan = kRun * P;  // dimensions per round
