@@ -177,6 +177,10 @@ absl::Status ShmAllReduce::Barrier() {
   auto next_check = start + kLivenessPeriod;
   for (int spins = 0; Atomic(c.generation).load(std::memory_order_acquire) == gen;) {
     if (const uint32_t f = Atomic(c.failed).load(std::memory_order_acquire); f != kFailedNone) {
+      // The last rank may have released this barrier, finished and left
+      // between the generation check above and this load: the barrier then
+      // completed, and this rank has all it needs from it.
+      if (Atomic(c.generation).load(std::memory_order_acquire) != gen) break;
       return absl::UnavailableError(
           absl::StrCat("all-reduce rank ", rank_, ": the group failed: ", FailureText(f)));
     }
