@@ -19,6 +19,7 @@
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/generator.h"
 #include "gpu_worker/engine/local_attention_offload.h"
+#include "gpu_worker/engine/testing/engine_test_util.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -28,20 +29,6 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string ModelsDir() { return std::string(TANDEM_TESTDATA_DIR) + "/models"; }
-
-std::vector<std::string> F32Models() {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(ModelsDir(), ec)) {
-    const std::string n = e.path().filename().string();
-    if (fs::exists(e.path() / "golden.json") && n.size() > 4 &&
-        n.compare(n.size() - 4, 4, "_f32") == 0) {
-      names.push_back(n);
-    }
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 struct Golden {
   nlohmann::json meta;
@@ -54,7 +41,8 @@ Golden LoadGolden(const fs::path& dir) {
   std::stringstream ss;
   ss << f.rdbuf();
   g.meta = nlohmann::json::parse(ss.str());
-  std::ifstream lf(dir / g.meta["logits_file"].get<std::string>(), std::ios::binary);
+  std::ifstream lf(dir / g.meta["logits_file"].get<std::string>(),
+                   std::ios::binary);
   for (const auto& shape : g.meta["logits_shape"]) {
     const int64_t n = shape[0].get<int64_t>() * shape[1].get<int64_t>();
     std::vector<float> v(static_cast<size_t>(n));
@@ -63,16 +51,6 @@ Golden LoadGolden(const fs::path& dir) {
   }
   EXPECT_TRUE(lf.good()) << "short logits file in " << dir;
   return g;
-}
-
-// max |ours - theirs| / max |theirs| over n values.
-double RelativeError(const float* ours, const float* theirs, size_t n) {
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < n; ++i) {
-    max_diff = std::max(max_diff, std::fabs(static_cast<double>(ours[i]) - theirs[i]));
-    max_ref = std::max(max_ref, std::fabs(static_cast<double>(theirs[i])));
-  }
-  return max_diff / std::max(max_ref, 1e-30);
 }
 
 constexpr int64_t kContext = 256;
@@ -89,9 +67,11 @@ std::unique_ptr<Engine> LoadEngine(const std::string& name) {
   return std::move(*e);
 }
 
-std::unique_ptr<LocalAttentionOffload> MakeOffload(const Engine& e, int64_t block,
+std::unique_ptr<LocalAttentionOffload> MakeOffload(const Engine& e,
+                                                   int64_t block,
                                                    int64_t tokens) {
-  auto o = LocalAttentionOffload::Create(CpuAttentionShapeFor(e.config(), block, tokens));
+  auto o = LocalAttentionOffload::Create(
+      CpuAttentionShapeFor(e.config(), block, tokens));
   EXPECT_TRUE(o.ok()) << o.status();
   return std::move(*o);
 }
@@ -108,7 +88,8 @@ class CpuAttentionGolden : public ::testing::TestWithParam<std::string> {
   }
 
   Golden golden_;
-  std::unique_ptr<LocalAttentionOffload> offload_;  // declared first: outlives the engine
+  std::unique_ptr<LocalAttentionOffload>
+      offload_;  // declared first: outlives the engine
   std::unique_ptr<Engine> engine_;
   int64_t total_blocks_ = 0;
 };
@@ -124,8 +105,8 @@ TEST_P(CpuAttentionGolden, LogitsAtEveryPositionMatchTransformers) {
     auto r = engine_->Step({chunk});
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->logits.size(), golden_.logits[p].size());
-    const double err =
-        RelativeError(r->logits.data(), golden_.logits[p].data(), golden_.logits[p].size());
+    const double err = testing::MaxRelativeError(
+        r->logits.data(), golden_.logits[p].data(), golden_.logits[p].size());
     std::printf("%s prompt %zu on CPU attention: relative logit error %.2e\n",
                 GetParam().c_str(), p, err);
     EXPECT_LT(err, 1e-4) << GetParam() << " prompt " << p;
@@ -152,7 +133,8 @@ TEST_P(CpuAttentionGolden, GreedyContinuationMatchesTransformers) {
     for (const auto& t : r->tokens) got.push_back(t.id);
     EXPECT_EQ(got, expect) << GetParam();
   }
-  EXPECT_EQ(offload_->cache().num_sequences(), 0);  // Generate frees its sequence
+  EXPECT_EQ(offload_->cache().num_sequences(),
+            0);  // Generate frees its sequence
   EXPECT_EQ(offload_->cache().free_blocks(), offload_->cache().num_blocks());
 }
 
@@ -171,7 +153,8 @@ struct Sim {
 // Runs the sequences together until each has its golden number of tokens;
 // every step also runs on `ref` (all attention local) and the logits rows
 // must agree. Returns false on a failed step (reported).
-bool RunTogether(Engine& engine, Engine& ref, std::vector<Sim>& sims, double* worst) {
+bool RunTogether(Engine& engine, Engine& ref, std::vector<Sim>& sims,
+                 double* worst) {
   for (int64_t step = 0;; ++step) {
     std::vector<SequenceChunk> batch;
     std::vector<Sim*> in_batch;
@@ -184,7 +167,8 @@ bool RunTogether(Engine& engine, Engine& ref, std::vector<Sim>& sims, double* wo
       const int64_t n = static_cast<int64_t>(s.prompt.size());
       if (s.pos < n) {
         const int64_t take = std::min(s.chunk, n - s.pos);
-        c.tokens.assign(s.prompt.begin() + s.pos, s.prompt.begin() + s.pos + take);
+        c.tokens.assign(s.prompt.begin() + s.pos,
+                        s.prompt.begin() + s.pos + take);
       } else {
         c.tokens = {s.got.back()};
       }
@@ -193,11 +177,14 @@ bool RunTogether(Engine& engine, Engine& ref, std::vector<Sim>& sims, double* wo
     }
     if (batch.empty()) return true;
     // Interleave CPU and local sequences in the batch's row order.
-    std::rotate(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(step % batch.size()),
-                batch.end());
-    std::rotate(in_batch.begin(),
-                in_batch.begin() + static_cast<std::ptrdiff_t>(step % in_batch.size()),
-                in_batch.end());
+    std::rotate(
+        batch.begin(),
+        batch.begin() + static_cast<std::ptrdiff_t>(step % batch.size()),
+        batch.end());
+    std::rotate(
+        in_batch.begin(),
+        in_batch.begin() + static_cast<std::ptrdiff_t>(step % in_batch.size()),
+        in_batch.end());
     auto r = engine.Step(batch);
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return false;
@@ -208,17 +195,21 @@ bool RunTogether(Engine& engine, Engine& ref, std::vector<Sim>& sims, double* wo
     if (!rr.ok()) return false;
     for (size_t i = 0; i < batch.size(); ++i) {
       Sim& s = *in_batch[i];
-      *worst = std::max(*worst, RelativeError(r->Row(i), rr->Row(i), static_cast<size_t>(r->vocab)));
+      *worst = std::max(
+          *worst, testing::MaxRelativeError(r->Row(i), rr->Row(i),
+                                            static_cast<size_t>(r->vocab)));
       s.pos += static_cast<int64_t>(batch[i].tokens.size());
       if (s.pos >= static_cast<int64_t>(s.prompt.size())) {
         const float* row = r->Row(i);
-        s.got.push_back(static_cast<int32_t>(std::max_element(row, row + r->vocab) - row));
+        s.got.push_back(
+            static_cast<int32_t>(std::max_element(row, row + r->vocab) - row));
       }
     }
   }
 }
 
-TEST_P(CpuAttentionGolden, RaggedBatchesMixingCpuAndLocalEqualGoldenAndAllLocal) {
+TEST_P(CpuAttentionGolden,
+       RaggedBatchesMixingCpuAndLocalEqualGoldenAndAllLocal) {
   auto ref = LoadEngine(GetParam());
   const auto& greedy = golden_.meta["greedy"];
   ASSERT_GE(greedy.size(), 3u);
@@ -226,17 +217,19 @@ TEST_P(CpuAttentionGolden, RaggedBatchesMixingCpuAndLocalEqualGoldenAndAllLocal)
   const int64_t chunk[3] = {4, 5, 16};
   const int64_t first_step[3] = {0, 1, 3};
   double worst = 0;
-  for (const std::vector<bool>& cpu :
-       {std::vector<bool>{true, false, true}, std::vector<bool>{false, true, false}}) {
+  for (const std::vector<bool>& cpu : {std::vector<bool>{true, false, true},
+                                       std::vector<bool>{false, true, false}}) {
     std::vector<Sim> sims;
     for (size_t i = 0; i < 3; ++i) {
-      sims.push_back({10 + static_cast<int64_t>(i), cpu[i], chunk[i], first_step[i],
+      sims.push_back({10 + static_cast<int64_t>(i), cpu[i], chunk[i],
+                      first_step[i],
                       greedy[i]["prompt"].get<std::vector<int32_t>>(),
                       greedy[i]["continuation"].get<std::vector<int32_t>>()});
     }
     ASSERT_TRUE(RunTogether(*engine_, *ref, sims, &worst));
     for (const Sim& s : sims) {
-      EXPECT_EQ(s.got, s.want) << GetParam() << " sequence " << s.seq_id << " cpu " << s.cpu;
+      EXPECT_EQ(s.got, s.want)
+          << GetParam() << " sequence " << s.seq_id << " cpu " << s.cpu;
       EXPECT_EQ(engine_->IsCpuAttention(s.seq_id), s.cpu);
     }
     // Free all; the ids come back next round with the other placement.
@@ -247,16 +240,18 @@ TEST_P(CpuAttentionGolden, RaggedBatchesMixingCpuAndLocalEqualGoldenAndAllLocal)
     EXPECT_EQ(offload_->cache().num_sequences(), 0);
     EXPECT_EQ(engine_->free_kv_blocks(), total_blocks_);
   }
-  std::printf("%s: mixed batches vs all-local, worst relative logit error %.2e\n",
-              GetParam().c_str(), worst);
+  std::printf(
+      "%s: mixed batches vs all-local, worst relative logit error %.2e\n",
+      GetParam().c_str(), worst);
   EXPECT_LT(worst, 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(F32Architectures, CpuAttentionGolden, ::testing::ValuesIn(F32Models()),
+INSTANTIATE_TEST_SUITE_P(F32Architectures, CpuAttentionGolden,
+                         ::testing::ValuesIn(testing::F32TestModels()),
                          [](const auto& info) { return info.param; });
 
 TEST(CpuAttentionEngine, EveryArchitectureIsCovered) {
-  EXPECT_EQ(F32Models().size(), 6u);
+  EXPECT_EQ(testing::F32TestModels().size(), 6u);
 }
 
 class FailingAttention : public AttentionOffload {
@@ -275,7 +270,8 @@ TEST(CpuAttentionEngine, PlacementRulesAndFailuresAreCleanErrors) {
   const int64_t blocks = engine->free_kv_blocks();
   SequenceChunk c{1, {3, 14, 15, 92, 65}, 0, true, true};
   // No offload: the chunk cannot run, nothing is reserved.
-  EXPECT_EQ(engine->Step({c}).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine->Step({c}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(engine->free_kv_blocks(), blocks);
 
   // A sequence keeps its placement while it holds tokens.
@@ -284,17 +280,20 @@ TEST(CpuAttentionEngine, PlacementRulesAndFailuresAreCleanErrors) {
   auto want = engine->Step({c});
   ASSERT_TRUE(want.ok()) << want.status();
   SequenceChunk next{1, {35}, 5, false, false};
-  EXPECT_EQ(engine->Step({next}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->Step({next}).status().code(),
+            absl::StatusCode::kInvalidArgument);
   next.cpu_attention = true;
   EXPECT_TRUE(engine->Step({next}).ok());
 
   // The offload's cache is full: its ResourceExhausted fails the step, and
   // the sequence can run again once room is made.
   SequenceChunk big{2, std::vector<int32_t>(70, 5), 0, false, true};
-  EXPECT_EQ(engine->Step({big}).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(engine->Step({big}).status().code(),
+            absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(engine->SequenceLength(2), 0);
   engine->FreeSequence(1);
-  EXPECT_EQ(engine->Step({big}).status().code(), absl::StatusCode::kResourceExhausted);  // 70 > 64
+  EXPECT_EQ(engine->Step({big}).status().code(),
+            absl::StatusCode::kResourceExhausted);  // 70 > 64
   big.tokens.resize(60);
   EXPECT_TRUE(engine->Step({big}).ok());
   engine->FreeSequence(2);
@@ -309,7 +308,9 @@ TEST(CpuAttentionEngine, PlacementRulesAndFailuresAreCleanErrors) {
   c.cpu_attention = false;
   auto r = engine->Step({c});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_LT(RelativeError(r->logits.data(), want->logits.data(), want->logits.size()), 1e-6);
+  EXPECT_LT(testing::MaxRelativeError(r->logits.data(), want->logits.data(),
+                                      want->logits.size()),
+            1e-6);
   EXPECT_FALSE(engine->IsCpuAttention(5));
   engine->SetAttentionOffload(nullptr);
 }

@@ -20,6 +20,12 @@ namespace {
 // The FFN matrices of a layer, in the order they are streamed.
 std::vector<const ops::LinearWeight*> FfnMatrices(const LayerWeights& l);
 
+absl::Status MicroBatchesWithCacheError() {
+  return absl::FailedPreconditionError(
+      "micro-batches do not combine with the expert cache: its per-layer plan covers all of a "
+      "step's tokens at once");
+}
+
 void GrowHost(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
@@ -124,6 +130,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
       }
     }
   }
+  TANDEM_RETURN_IF_ERROR(e->SetMicroBatchSize(options.micro_batch_size));
   TANDEM_RETURN_IF_ERROR(e->dev_->Prepare(e->weights_, e->inv_freq_, streamed));
   return e;
 }
@@ -276,7 +283,16 @@ absl::Status Engine::StartStreaming(const std::vector<int64_t>& streamed, int64_
 absl::Status Engine::Ffn(int64_t l, const LayerWeights& lw, int64_t rows) {
   if (lw.moe) return Moe(l, lw, rows);
   if (lw.mlp_cpu.gate.rows() > 0) return SplitMlp(lw, rows);
-  return dev_->Mlp(lw.mlp, h_.data(), rows, out_.data());
+  return dev_->Mlp(lw.mlp, FfnIn(), rows, FfnOut());
+}
+
+absl::Status Engine::SetMicroBatchSize(int64_t n) {
+  if (n < 0) return absl::InvalidArgumentError("micro_batch_size must not be negative");
+  if (n > 0 && cache_ != nullptr) {
+    return MicroBatchesWithCacheError();
+  }
+  micro_batch_size_ = n;
+  return absl::OkStatus();
 }
 
 absl::Status Engine::SetPrefillGpuTokens(int64_t n) {
@@ -318,27 +334,30 @@ absl::StatusOr<ops::MlpWeights> Engine::StageCcWeights(const LayerWeights& lw) {
 absl::Status Engine::SplitMlp(const LayerWeights& lw, int64_t rows) {
   const int64_t hidden = config().hidden_size;
   const int64_t n = rows * hidden;
-  // ScheInfer's prefill token assignment: rows [0, g) take the CC part on
-  // the device (CG'), rows [g, rows) on the CPU.
-  const int64_t g = std::min(step_gpu_rows_, rows);
+  // ScheInfer's prefill token assignment: the step's rows [0, n_g) take the
+  // CC part on the device (CG'), the others on the CPU; this micro-batch
+  // holds the step's rows [row0_, row0_ + rows).
+  const int64_t g = std::clamp<int64_t>(step_gpu_rows_ - row0_, 0, rows);
+  float* const in = FfnIn();
+  float* const out = FfnOut();
   const int64_t cpu_rows = rows - g;
   GrowHost(cc_out_, n);
   if (g > 0) TANDEM_RETURN_IF_ERROR(Grow(cg_out_, g * hidden));
   if (dev_->host_memory()) {
     // One set of cores: the parts one after the other.
-    TANDEM_RETURN_IF_ERROR(dev_->Mlp(lw.mlp, h_.data(), rows, out_.data()));
+    TANDEM_RETURN_IF_ERROR(dev_->Mlp(lw.mlp, in, rows, out));
     if (g > 0) {
       TANDEM_ASSIGN_OR_RETURN(const ops::MlpWeights cc, StageCcWeights(lw));
-      TANDEM_RETURN_IF_ERROR(dev_->Mlp(cc, h_.data(), g, cg_out_.data()));
-      TANDEM_RETURN_IF_ERROR(dev_->AddScaled(cg_out_.data(), 1.0f, g * hidden, out_.data()));
+      TANDEM_RETURN_IF_ERROR(dev_->Mlp(cc, in, g, cg_out_.data()));
+      TANDEM_RETURN_IF_ERROR(dev_->AddScaled(cg_out_.data(), 1.0f, g * hidden, out));
     }
     if (cpu_rows == 0) return absl::OkStatus();
-    ops::RunMlp(lw.mlp_cpu, h_.data() + g * hidden, cpu_rows, cc_out_.data(), cc_scratch_);
-    return dev_->AddScaled(cc_out_.data(), 1.0f, cpu_rows * hidden, out_.data() + g * hidden);
+    ops::RunMlp(lw.mlp_cpu, in + g * hidden, cpu_rows, cc_out_.data(), cc_scratch_);
+    return dev_->AddScaled(cc_out_.data(), 1.0f, cpu_rows * hidden, out + g * hidden);
   }
   GrowHost(cc_in_, n);
   if (cpu_rows > 0) {
-    TANDEM_RETURN_IF_ERROR(dev_->CopyToHost(h_.data() + g * hidden,
+    TANDEM_RETURN_IF_ERROR(dev_->CopyToHost(in + g * hidden,
                                             static_cast<size_t>(cpu_rows * hidden) * sizeof(float),
                                             cc_in_.data()));
   }
@@ -347,12 +366,12 @@ absl::Status Engine::SplitMlp(const LayerWeights& lw, int64_t rows) {
   std::thread cpu([&] {
     if (cpu_rows > 0) ops::RunMlp(lw.mlp_cpu, cc_in_.data(), cpu_rows, cc_out_.data(), cc_scratch_);
   });
-  absl::Status device = dev_->Mlp(lw.mlp, h_.data(), rows, out_.data());
+  absl::Status device = dev_->Mlp(lw.mlp, in, rows, out);
   if (device.ok() && g > 0) {
     absl::StatusOr<ops::MlpWeights> staged = StageCcWeights(lw);
     device = staged.status();
-    if (device.ok()) device = dev_->Mlp(*staged, h_.data(), g, cg_out_.data());
-    if (device.ok()) device = dev_->AddScaled(cg_out_.data(), 1.0f, g * hidden, out_.data());
+    if (device.ok()) device = dev_->Mlp(*staged, in, g, cg_out_.data());
+    if (device.ok()) device = dev_->AddScaled(cg_out_.data(), 1.0f, g * hidden, out);
     // The copy is reused by the next layer: the device must have read it.
     if (device.ok()) device = dev_->Synchronize();
   }
@@ -362,7 +381,7 @@ absl::Status Engine::SplitMlp(const LayerWeights& lw, int64_t rows) {
   TANDEM_RETURN_IF_ERROR(Grow(cc_dev_, cpu_rows * hidden));
   TANDEM_RETURN_IF_ERROR(dev_->CopyToDevice(
       cc_out_.data(), static_cast<size_t>(cpu_rows * hidden) * sizeof(float), cc_dev_.data()));
-  return dev_->AddScaled(cc_dev_.data(), 1.0f, cpu_rows * hidden, out_.data() + g * hidden);
+  return dev_->AddScaled(cc_dev_.data(), 1.0f, cpu_rows * hidden, out + g * hidden);
 }
 
 int64_t Engine::SequenceLength(int64_t seq_id) const {
@@ -446,8 +465,21 @@ absl::Status Engine::Validate(const std::vector<SequenceChunk>& batch) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch) {
+absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch,
+                                        absl::Span<const int64_t> micro_batch_sizes) {
   TANDEM_RETURN_IF_ERROR(Validate(batch));
+  int64_t listed = 0;
+  for (int64_t n : micro_batch_sizes) {
+    if (n <= 0) return absl::InvalidArgumentError("a micro-batch of no sequences");
+    listed += n;
+  }
+  if (!micro_batch_sizes.empty() && listed != static_cast<int64_t>(batch.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("micro-batches of ", listed,
+                                                   " sequences in a step of ", batch.size()));
+  }
+  if (micro_batch_sizes.size() > 1 && cache_ != nullptr) {
+    return MicroBatchesWithCacheError();
+  }
   for (const SequenceChunk& s : batch) Place(s);
   // The offload makes room for its own sequences when their rows arrive.
   for (const SequenceChunk& s : batch) {
@@ -491,29 +523,30 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
   } pager_reset{pager_.get()};
   if (pager_ != nullptr) pager_->BeginStep();
 
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
-    TANDEM_RETURN_IF_ERROR(
-        dev_->RmsNorm(x_.data(), total, hidden, lw.attn_norm.data(), c.rms_norm_eps, h_.data()));
-    TANDEM_RETURN_IF_ERROR(Attention(l, batch));
-    TANDEM_RETURN_IF_ERROR(dev_->AddScaled(out_.data(), 1.0f, total * hidden, x_.data()));
-    TANDEM_RETURN_IF_ERROR(
-        dev_->RmsNorm(x_.data(), total, hidden, lw.ffn_norm.data(), c.rms_norm_eps, h_.data()));
-    if (pager_ != nullptr && pager_->IsStreamed(l)) {
-      // Host-resident FFN: computed from the copy streamed in while the
-      // previous streamed layer ran; releasing it lets the next one in.
-      TANDEM_ASSIGN_OR_RETURN(std::vector<const void*> at, pager_->Acquire(l));
-      TANDEM_RETURN_IF_ERROR(Ffn(l, StagedFfn(lw, at), total));
-      // The next layer's pages overwrite this buffer: on a device whose ops
-      // are queued, they must have read it first.
-      if (!dev_->host_memory()) TANDEM_RETURN_IF_ERROR(dev_->Synchronize());
-      pager_->Release(l);
-    } else {
-      TANDEM_RETURN_IF_ERROR(Ffn(l, lw, total));
-    }
-    TANDEM_RETURN_IF_ERROR(ReduceOut(total));
-    TANDEM_RETURN_IF_ERROR(dev_->AddScaled(out_.data(), 1.0f, total * hidden, x_.data()));
+  // Micro-batches of consecutive chunks: as listed, else of
+  // micro_batch_size_ sequences (0: one for all).
+  std::vector<int64_t> counts(micro_batch_sizes.begin(), micro_batch_sizes.end());
+  const int64_t n = static_cast<int64_t>(batch.size());
+  const int64_t mu = micro_batch_size_ > 0 ? micro_batch_size_ : n;
+  for (int64_t at = 0; micro_batch_sizes.empty() && at < n; at += mu) {
+    counts.push_back(std::min(mu, n - at));
   }
+  std::vector<MicroBatch> mbs;
+  size_t next = 0;
+  int64_t row = 0;
+  for (int64_t count : counts) {
+    MicroBatch mb{next, next + static_cast<size_t>(count), row, 0};
+    for (; next < mb.chunk1; ++next) mb.rows += static_cast<int64_t>(batch[next].tokens.size());
+    row += mb.rows;
+    mbs.push_back(mb);
+  }
+  const int64_t qd = heads_ * c.head_dim, kvd = kv_heads_ * c.head_dim;
+  TANDEM_RETURN_IF_ERROR(Grow(q_, total * qd));
+  TANDEM_RETURN_IF_ERROR(Grow(k_, total * kvd));
+  TANDEM_RETURN_IF_ERROR(Grow(v_, total * kvd));
+  TANDEM_RETURN_IF_ERROR(Grow(attn_, total * qd));
+  for (int64_t l = 0; l < c.num_layers; ++l) TANDEM_RETURN_IF_ERROR(RunLayer(l, batch, mbs));
+  row0_ = 0;
 
   pager_reset.done = true;
 
@@ -553,108 +586,103 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch)
   return r;
 }
 
-// Self-attention of layer `l`: reads h_, writes out_ (the projected output).
-// cpu_attention sequences' q/k/v rows go to the attention offload first, so
-// it works while the local sequences attend over the local cache.
-absl::Status Engine::Attention(int64_t l, const std::vector<SequenceChunk>& batch) {
+// One layer over the step's micro-batches. With one micro-batch this is the
+// plain order: project, send the offloaded rows, attend locally meanwhile,
+// collect, o_proj and FFN. With several (MoE-Lightning's CGOPipe, within a
+// layer), micro-batch j is projected and attends locally while the offload
+// works on j - 1; then j - 1 is collected, j sent, and j - 1's o_proj and
+// FFN run while the offload works on j. The offload holds one micro-batch
+// at a time, so the CPU's attention of each overlaps the device's work on
+// its neighbours. Every micro-batch runs the FFN from the same weights: a
+// streamed layer is staged once for all of them.
+absl::Status Engine::RunLayer(int64_t l, const std::vector<SequenceChunk>& batch,
+                              const std::vector<MicroBatch>& mbs) {
   const ModelConfig& c = config();
+  const int64_t hidden = c.hidden_size;
   const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
-  const int64_t total = static_cast<int64_t>(positions_.size());
-  const int64_t qd = heads_ * c.head_dim, kvd = kv_heads_ * c.head_dim;
-  TANDEM_RETURN_IF_ERROR(Grow(q_, total * qd));
-  TANDEM_RETURN_IF_ERROR(Grow(k_, total * kvd));
-  TANDEM_RETURN_IF_ERROR(Grow(v_, total * kvd));
-  TANDEM_RETURN_IF_ERROR(Grow(attn_, total * qd));
-  const float* qb = lw.q_bias.empty() ? nullptr : lw.q_bias.data();
-  const float* kb = lw.k_bias.empty() ? nullptr : lw.k_bias.data();
-  const float* vb = lw.v_bias.empty() ? nullptr : lw.v_bias.data();
-  TANDEM_RETURN_IF_ERROR(dev_->Linear(h_.data(), total, lw.q, qb, q_.data()));
-  TANDEM_RETURN_IF_ERROR(dev_->Linear(h_.data(), total, lw.k, kb, k_.data()));
-  TANDEM_RETURN_IF_ERROR(dev_->Linear(h_.data(), total, lw.v, vb, v_.data()));
-  const float eps = c.rms_norm_eps;
-  if (c.qk_norm == QkNorm::kPerHead) {
-    TANDEM_RETURN_IF_ERROR(
-        dev_->RmsNorm(q_.data(), total * heads_, c.head_dim, lw.q_norm.data(), eps, q_.data()));
-    TANDEM_RETURN_IF_ERROR(dev_->RmsNorm(k_.data(), total * kv_heads_, c.head_dim,
-                                         lw.k_norm.data(), eps, k_.data()));
-  } else if (c.qk_norm == QkNorm::kFull && tp_ != nullptr) {
-    TANDEM_RETURN_IF_ERROR(ShardedFullNorm(q_.data(), total, qd, c.q_dim(), lw.q_norm.data()));
-    TANDEM_RETURN_IF_ERROR(ShardedFullNorm(k_.data(), total, kvd, c.kv_dim(), lw.k_norm.data()));
-  } else if (c.qk_norm == QkNorm::kFull) {
-    TANDEM_RETURN_IF_ERROR(dev_->RmsNorm(q_.data(), total, qd, lw.q_norm.data(), eps, q_.data()));
-    TANDEM_RETURN_IF_ERROR(dev_->RmsNorm(k_.data(), total, kvd, lw.k_norm.data(), eps, k_.data()));
-  }
+  const int64_t total = mbs.back().row0 + mbs.back().rows;
   TANDEM_RETURN_IF_ERROR(
-      dev_->Rope(q_.data(), total, heads_, c.head_dim, positions_.data(), c.rope_style));
-  TANDEM_RETURN_IF_ERROR(
-      dev_->Rope(k_.data(), total, kv_heads_, c.head_dim, positions_.data(), c.rope_style));
-
-  // A chunk's rows are contiguous in q_/k_/v_/attn_: jobs point into them
-  // (host memory), or into host copies of them made here.
-  attn_jobs_.clear();
-  chunks_.clear();
-  int64_t tok = 0, staged = 0;
-  for (const SequenceChunk& s : batch) {
-    const int64_t n = static_cast<int64_t>(s.tokens.size());
-    if (s.cpu_attention) {
-      attn_jobs_.push_back({s.seq_id, s.start_pos, n, q_.data() + tok * qd, k_.data() + tok * kvd,
-                            v_.data() + tok * kvd, attn_.data() + tok * qd});
-      staged += n;
-    } else {
-      chunks_.push_back({tok, n, s.start_pos, &kv_->BlockTable(s.seq_id)});
+      dev_->RmsNorm(x_.data(), total, hidden, lw.attn_norm.data(), c.rms_norm_eps, h_.data()));
+  const bool streamed = pager_ != nullptr && pager_->IsStreamed(l);
+  LayerWeights staged;  // the streamed FFN, once acquired
+  bool acquired = false;
+  auto finish = [&](const MicroBatch& mb) -> absl::Status {
+    if (streamed && !acquired) {
+      // Host-resident FFN: computed from the copy streamed in while the
+      // previous streamed layer ran (acquired as late as possible, so the
+      // copy overlaps this layer's attention).
+      TANDEM_ASSIGN_OR_RETURN(std::vector<const void*> at, pager_->Acquire(l));
+      staged = StagedFfn(lw, at);
+      acquired = true;
     }
-    tok += n;
-  }
-  if (!attn_jobs_.empty() && !dev_->host_memory()) {
-    GrowHost(attn_host_, staged * (2 * qd + 2 * kvd));
-    float* at = attn_host_.data();
-    for (AttentionJob& j : attn_jobs_) {
-      auto down = [&](const float* src, int64_t width) -> absl::StatusOr<float*> {
-        float* dst = at;
-        at += j.tokens * width;
-        TANDEM_RETURN_IF_ERROR(
-            dev_->CopyToHost(src, static_cast<size_t>(j.tokens * width) * sizeof(float), dst));
-        return dst;
-      };
-      TANDEM_ASSIGN_OR_RETURN(j.q, down(j.q, qd));
-      TANDEM_ASSIGN_OR_RETURN(j.k, down(j.k, kvd));
-      TANDEM_ASSIGN_OR_RETURN(j.v, down(j.v, kvd));
-      j.out = at;  // the device rows it goes back to are found by position
-      at += j.tokens * qd;
+    return FinishLayer(l, lw, streamed ? staged : lw, mb);
+  };
+  // Jobs submitted and not yet collected. A step that fails meanwhile
+  // waits for them (dropping their result), so that the offload, which
+  // holds one Submit at a time, takes the next step's.
+  struct Drain {
+    AttentionOffload* offload;
+    int64_t layer;
+    OffloadedAttention* in_flight = nullptr;
+    ~Drain() {
+      if (in_flight != nullptr) (void)offload->Collect(layer, in_flight->jobs);
     }
-  }
-  if (!attn_jobs_.empty()) TANDEM_RETURN_IF_ERROR(attn_offload_->Submit(l, attn_jobs_));
-  if (!chunks_.empty()) {
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    TANDEM_RETURN_IF_ERROR(dev_->Attend(kv_->Layer(l), q_.data(), k_.data(), v_.data(), heads_,
-                                        scale, chunks_, attn_.data()));
-  }
-
-  if (!attn_jobs_.empty()) {
-    TANDEM_RETURN_IF_ERROR(attn_offload_->Collect(l, attn_jobs_));
-    if (!dev_->host_memory()) {
-      // Back to the job's rows of attn_, in batch order.
-      size_t j = 0;
-      tok = 0;
-      for (const SequenceChunk& s : batch) {
-        const int64_t n = static_cast<int64_t>(s.tokens.size());
-        if (s.cpu_attention) {
-          TANDEM_RETURN_IF_ERROR(dev_->CopyToDevice(attn_jobs_[j++].out,
-                                                    static_cast<size_t>(n * qd) * sizeof(float),
-                                                    attn_.data() + tok * qd));
-        }
-        tok += n;
-      }
+  } drain{attn_offload_, l};
+  auto submit = [&](OffloadedAttention& o) -> absl::Status {
+    if (o.jobs.empty()) return absl::OkStatus();
+    TANDEM_RETURN_IF_ERROR(attn_offload_->Submit(l, o.jobs));
+    drain.in_flight = &o;
+    return absl::OkStatus();
+  };
+  auto collect = [&](const MicroBatch& mb, OffloadedAttention& o) -> absl::Status {
+    if (drain.in_flight == &o) drain.in_flight = nullptr;  // Collect consumes it either way
+    return CollectJobs(l, batch, mb, o);
+  };
+  for (size_t j = 0; j <= mbs.size(); ++j) {
+    if (j < mbs.size()) {
+      TANDEM_RETURN_IF_ERROR(Project(l, mbs[j]));
+      TANDEM_RETURN_IF_ERROR(StageJobs(batch, mbs[j], offloaded_[j % 2]));
+      if (j == 0) TANDEM_RETURN_IF_ERROR(submit(offloaded_[0]));
+      TANDEM_RETURN_IF_ERROR(AttendLocal(l, batch, mbs[j]));
     }
+    if (j == 0) continue;
+    TANDEM_RETURN_IF_ERROR(collect(mbs[j - 1], offloaded_[(j - 1) % 2]));
+    if (j < mbs.size()) TANDEM_RETURN_IF_ERROR(submit(offloaded_[j % 2]));
+    TANDEM_RETURN_IF_ERROR(finish(mbs[j - 1]));
   }
-  const float* ob = lw.o_bias.empty() ? nullptr : lw.o_bias.data();
-  if (tp_ == nullptr) return dev_->Linear(attn_.data(), total, lw.o, ob, out_.data());
-  // Row-parallel: the partial products are summed first, the bias added
-  // once (host memory: tensor parallelism runs on the host device only).
-  TANDEM_RETURN_IF_ERROR(dev_->Linear(attn_.data(), total, lw.o, nullptr, out_.data()));
-  TANDEM_RETURN_IF_ERROR(ReduceOut(total));
-  if (ob != nullptr) TANDEM_RETURN_IF_ERROR(dev_->AddBias(ob, total, c.hidden_size, out_.data()));
+  if (acquired) {
+    // The next layer's pages overwrite this buffer: on a device whose ops
+    // are queued, they must have read it first.
+    if (!dev_->host_memory()) TANDEM_RETURN_IF_ERROR(dev_->Synchronize());
+    pager_->Release(l);
+  }
   return absl::OkStatus();
+}
+
+absl::Status Engine::FinishLayer(int64_t l, const LayerWeights& lw, const LayerWeights& ffn,
+                                 const MicroBatch& mb) {
+  const ModelConfig& c = config();
+  const int64_t hidden = c.hidden_size, qd = heads_ * c.head_dim;
+  const int64_t rows = mb.rows;
+  row0_ = mb.row0;
+  float* const x = x_.data() + mb.row0 * hidden;
+  const float* ob = lw.o_bias.empty() ? nullptr : lw.o_bias.data();
+  const float* attn = attn_.data() + mb.row0 * qd;
+  if (tp_ == nullptr) {
+    TANDEM_RETURN_IF_ERROR(dev_->Linear(attn, rows, lw.o, ob, FfnOut()));
+  } else {
+    // Row-parallel: the partial products are summed first, the bias added
+    // once (host memory: tensor parallelism runs on the host device only).
+    TANDEM_RETURN_IF_ERROR(dev_->Linear(attn, rows, lw.o, nullptr, FfnOut()));
+    TANDEM_RETURN_IF_ERROR(ReduceOut(rows));
+    if (ob != nullptr) TANDEM_RETURN_IF_ERROR(dev_->AddBias(ob, rows, hidden, FfnOut()));
+  }
+  TANDEM_RETURN_IF_ERROR(dev_->AddScaled(FfnOut(), 1.0f, rows * hidden, x));
+  TANDEM_RETURN_IF_ERROR(
+      dev_->RmsNorm(x, rows, hidden, lw.ffn_norm.data(), c.rms_norm_eps, FfnIn()));
+  TANDEM_RETURN_IF_ERROR(Ffn(l, ffn, rows));
+  TANDEM_RETURN_IF_ERROR(ReduceOut(rows));
+  return dev_->AddScaled(FfnOut(), 1.0f, rows * hidden, x);
 }
 
 absl::Status Engine::ReduceOut(int64_t rows) {
@@ -662,7 +690,7 @@ absl::Status Engine::ReduceOut(int64_t rows) {
   // The group's collective runs outside the device's queue (NCCL on its own
   // stream): the partial sums must be complete first.
   if (!dev_->host_memory()) TANDEM_RETURN_IF_ERROR(dev_->Synchronize());
-  return tp_->Sum(out_.data(), rows * config().hidden_size);
+  return tp_->Sum(FfnOut(), rows * config().hidden_size);
 }
 
 // ops::RmsNorm's formula, x * rsqrt(mean(x^2) + eps) * w, with the mean over

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/checkpoint.h"
 #include "cpu_worker/ops/attention.h"
 #include "cpu_worker/ops/linear.h"
@@ -82,6 +83,14 @@ struct EngineOptions {
   // computes the CPU's share itself, on its own thread). Does not combine
   // with remote_experts, tensor parallelism or FFN streaming of MoE layers.
   ExpertCacheOptions expert_cache;
+  // MoE-Lightning's micro-batch size mu (CGOPipe): a step of more sequences
+  // runs as micro-batches of this many consecutive chunks, pipelined per
+  // layer so that the attention offload (CPU attention) of one micro-batch
+  // overlaps the device's work on its neighbours (Engine::RunLayer). 0: the
+  // whole step is one micro-batch. Does not combine with the expert cache,
+  // whose per-layer plan covers all of a step's tokens at once (Klotski's n
+  // batches sharing every loaded expert).
+  int64_t micro_batch_size = 0;
 };
 
 // One sequence's part of a step.
@@ -119,7 +128,14 @@ class Engine {
   // exhaustion is ResourceExhausted (for cpu_attention sequences, as the
   // offload reports it). A failed step leaves every sequence's length as it
   // was, so the same chunks can be run again.
-  absl::StatusOr<StepResult> Step(const std::vector<SequenceChunk>& batch);
+  //
+  // `micro_batch_sizes`, when given, splits this step into micro-batches of
+  // that many consecutive chunks each (summing to the batch; Neo's two
+  // asymmetric sub-batches), in place of micro_batch_size(): InvalidArgument
+  // if they do not add up, FailedPrecondition for more than one with the
+  // expert cache.
+  absl::StatusOr<StepResult> Step(const std::vector<SequenceChunk>& batch,
+                                  absl::Span<const int64_t> micro_batch_sizes = {});
 
   // Routes the experts the offload claims to it (not owned; null = all
   // experts local). Set before the first Step.
@@ -136,6 +152,12 @@ class Engine {
   // coordinator re-solves it for each prefill). InvalidArgument if negative,
   // or positive without CC rows.
   absl::Status SetPrefillGpuTokens(int64_t n);
+
+  // MoE-Lightning's mu from now on (EngineOptions.micro_batch_size; the
+  // coordinator may change it between steps). InvalidArgument if negative,
+  // FailedPrecondition if positive with the expert cache on.
+  absl::Status SetMicroBatchSize(int64_t n);
+  int64_t micro_batch_size() const { return micro_batch_size_; }
 
   // Forgets a sequence and returns its KV blocks (on the attention offload
   // for a cpu_attention sequence).
@@ -163,7 +185,42 @@ class Engine {
   absl::Status Validate(const std::vector<SequenceChunk>& batch) const;
   // Moves a sequence that holds no tokens yet to the chunk's placement.
   void Place(const SequenceChunk& s);
-  absl::Status Attention(int64_t layer, const std::vector<SequenceChunk>& batch);
+  // A step's micro-batch: chunks [chunk0, chunk1) of the batch, which own
+  // rows [row0, row0 + rows) of every per-token scratch array.
+  struct MicroBatch {
+    size_t chunk0 = 0, chunk1 = 0;
+    int64_t row0 = 0, rows = 0;
+  };
+  // The attention offload's jobs of one micro-batch, and on a device of its
+  // own memory the host copies of their rows; two sets, so that one
+  // micro-batch's jobs are built while the previous one's are in flight.
+  struct OffloadedAttention {
+    std::vector<AttentionJob> jobs;
+    std::vector<float> host;  // q, k, v, out of every job, off such a device
+  };
+  // Layer `l` for every micro-batch: attention (its pieces below, in
+  // engine_attention.cc), then the FFN, pipelined against the attention
+  // offload.
+  absl::Status RunLayer(int64_t l, const std::vector<SequenceChunk>& batch,
+                        const std::vector<MicroBatch>& mbs);
+  // The q/k/v projections, q/k norms and RoPE of a micro-batch (reads h_).
+  absl::Status Project(int64_t l, const MicroBatch& mb);
+  // Builds the offloaded jobs of the micro-batch's cpu_attention chunks.
+  absl::Status StageJobs(const std::vector<SequenceChunk>& batch, const MicroBatch& mb,
+                         OffloadedAttention& o);
+  // Attention of the micro-batch's own chunks over the device's cache.
+  absl::Status AttendLocal(int64_t l, const std::vector<SequenceChunk>& batch,
+                           const MicroBatch& mb);
+  // Waits for the offloaded jobs and puts their output in attn_'s rows.
+  absl::Status CollectJobs(int64_t l, const std::vector<SequenceChunk>& batch,
+                           const MicroBatch& mb, OffloadedAttention& o);
+  // o_proj, the residual, the FFN norm, the FFN from `ffn` and its residual
+  // of a micro-batch (x_ rows updated in place).
+  absl::Status FinishLayer(int64_t l, const LayerWeights& lw, const LayerWeights& ffn,
+                           const MicroBatch& mb);
+  // The FFN functions' input and output rows: the current micro-batch's.
+  float* FfnIn() { return h_.data() + row0_ * config().hidden_size; }
+  float* FfnOut() { return out_.data() + row0_ * config().hidden_size; }
   // The MoE step (engine_moe.cc): reads h_, writes out_.
   struct MoeRoute;
   absl::Status Moe(int64_t layer, const LayerWeights& l, int64_t rows);
@@ -181,7 +238,7 @@ class Engine {
   absl::Status SetUpExpertCache(const EngineOptions& options);
   absl::Status StartStreaming(const std::vector<int64_t>& layers, int64_t largest_bytes,
                               int64_t page_bytes);
-  // The FFN of layer `l`, computed from `lw` (reads h_, writes out_).
+  // The FFN of layer `l`, computed from `lw` (reads FfnIn(), writes FfnOut()).
   absl::Status Ffn(int64_t l, const LayerWeights& lw, int64_t rows);
   // A dense MLP split between the device and the CPU (lw.mlp_cpu); the CC
   // part of the first step_gpu_rows_ rows on the device (CG').
@@ -189,7 +246,7 @@ class Engine {
   // lw.mlp_cpu as the device reads it: on a device of its own memory, a
   // copy in cg_prime_ made now.
   absl::StatusOr<ops::MlpWeights> StageCcWeights(const LayerWeights& lw);
-  // Sums a row-parallel layer's partial output out_[rows, hidden] over the
+  // Sums a row-parallel layer's partial output FfnOut()[rows, hidden] over the
   // tensor-parallel ranks (a no-op on one rank).
   absl::Status ReduceOut(int64_t rows);
   // RMSNorm over the whole q (or k) projection of every row when it is split
@@ -248,9 +305,10 @@ class Engine {
   std::vector<int64_t> positions_;    // [T]
   std::vector<float> remote_in_;      // [T * top_k, hidden] rows sent to remote experts
   std::vector<float> remote_out_;     // [T * top_k, hidden] their results
-  std::vector<AttentionJob> attn_jobs_;  // this layer's cpu_attention sequences
-  std::vector<AttentionChunk> chunks_;   // this layer's local sequences
-  std::vector<float> attn_host_;  // cpu_attention rows' q, k, v, out off such a device
+  OffloadedAttention offloaded_[2];      // by micro-batch parity
+  std::vector<AttentionChunk> chunks_;   // a micro-batch's local sequences
+  int64_t micro_batch_size_ = 0;         // mu (EngineOptions); 0: one micro-batch
+  int64_t row0_ = 0;                     // the micro-batch the FFN functions work on
   std::vector<float> cc_in_;      // [T, hidden] h_ on the host, for the CPU's MLP rows
   std::vector<float> cc_out_;     // [T, hidden] their partial output
   ops::MlpScratch cc_scratch_;

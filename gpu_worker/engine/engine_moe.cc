@@ -32,10 +32,10 @@ absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
   if (lw.has_shared_expert) {
     const int64_t hidden = config().hidden_size;
     TANDEM_RETURN_IF_ERROR(
-        dev_->Mlp(lw.shared, h_.data(), rows, ex_out_.data()));
-    TANDEM_RETURN_IF_ERROR(dev_->SigmoidGateAdd(ex_out_.data(), h_.data(),
+        dev_->Mlp(lw.shared, FfnIn(), rows, ex_out_.data()));
+    TANDEM_RETURN_IF_ERROR(dev_->SigmoidGateAdd(ex_out_.data(), FfnIn(),
                                                 lw.shared_gate.data(), rows,
-                                                hidden, out_.data()));
+                                                hidden, FfnOut()));
   }
   return CollectRemoteExperts(layer, route);
 }
@@ -50,7 +50,7 @@ absl::Status Engine::RouteMoe(int64_t layer, const LayerWeights& lw,
     route_w_.resize(static_cast<size_t>(rows * k));
   }
   TANDEM_RETURN_IF_ERROR(
-      dev_->Linear(h_.data(), rows, lw.router, nullptr, router_logits_.data()));
+      dev_->Linear(FfnIn(), rows, lw.router, nullptr, router_logits_.data()));
   TANDEM_RETURN_IF_ERROR(dev_->RouteTopK(router_logits_.data(), rows, experts,
                                          k, c.norm_topk_prob, route_ids_.data(),
                                          route_w_.data()));
@@ -122,10 +122,10 @@ absl::Status Engine::SubmitRemoteExperts(int64_t layer, MoeRoute& route) {
   }
   if (dev_->host_memory()) {
     TANDEM_RETURN_IF_ERROR(dev_->GatherRows(
-        h_.data(), hidden, route.remote_rows.data(), total, remote_in_.data()));
+        FfnIn(), hidden, route.remote_rows.data(), total, remote_in_.data()));
   } else {
     TANDEM_RETURN_IF_ERROR(Grow(remote_dev_, total * hidden));
-    TANDEM_RETURN_IF_ERROR(dev_->GatherRows(h_.data(), hidden,
+    TANDEM_RETURN_IF_ERROR(dev_->GatherRows(FfnIn(), hidden,
                                             route.remote_rows.data(), total,
                                             remote_dev_.data()));
     TANDEM_RETURN_IF_ERROR(dev_->CopyToHost(
@@ -138,7 +138,7 @@ absl::Status Engine::SubmitRemoteExperts(int64_t layer, MoeRoute& route) {
 absl::Status Engine::RunLocalExperts(int64_t layer, const LayerWeights& lw,
                                      int64_t rows, const MoeRoute& route) {
   const int64_t hidden = config().hidden_size;
-  TANDEM_RETURN_IF_ERROR(dev_->Zero(out_.data(), rows * hidden));
+  TANDEM_RETURN_IF_ERROR(dev_->Zero(FfnOut(), rows * hidden));
   TANDEM_RETURN_IF_ERROR(Grow(ex_in_, rows * hidden));
   TANDEM_RETURN_IF_ERROR(Grow(ex_out_, rows * hidden));
   for (size_t i = 0; i < route.local_order.size(); ++i) {
@@ -159,11 +159,11 @@ absl::Status Engine::RunLocalExperts(int64_t layer, const LayerWeights& lw,
           " is not loaded here and the expert offload does not claim it"));
     }
     TANDEM_RETURN_IF_ERROR(
-        dev_->GatherRows(h_.data(), hidden, toks.data(), n, ex_in_.data()));
+        dev_->GatherRows(FfnIn(), hidden, toks.data(), n, ex_in_.data()));
     TANDEM_RETURN_IF_ERROR(dev_->Mlp(*w, ex_in_.data(), n, ex_out_.data()));
     TANDEM_RETURN_IF_ERROR(dev_->ScatterAddRows(
         ex_out_.data(), hidden, toks.data(),
-        route.weights[static_cast<size_t>(e)].data(), n, out_.data()));
+        route.weights[static_cast<size_t>(e)].data(), n, FfnOut()));
   }
   if (cache_ != nullptr) TANDEM_RETURN_IF_ERROR(cache_->Finish(route.plan));
   return absl::OkStatus();
@@ -190,7 +190,7 @@ absl::Status Engine::CollectRemoteExperts(int64_t layer,
     TANDEM_RETURN_IF_ERROR(
         dev_->ScatterAddRows(results + (job.output - remote_out_.data()),
                              hidden, route.tokens[e].data(),
-                             route.weights[e].data(), job.rows, out_.data()));
+                             route.weights[e].data(), job.rows, FfnOut()));
   }
   return absl::OkStatus();
 }

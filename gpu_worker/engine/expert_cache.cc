@@ -10,6 +10,9 @@
 namespace tandem {
 namespace {
 
+// A CPU time no GPU schedule reaches (the split wants finite times).
+constexpr double kNeverSeconds = 1e30;
+
 int64_t Aligned(int64_t n) { return (n + 63) / 64 * 64; }
 
 const ops::LinearWeight* Matrix(const ops::MlpWeights& m, int i) {
@@ -98,6 +101,10 @@ absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(
   if (costs.gpu_compute_s == nullptr || costs.cpu_compute_s == nullptr) {
     costs = options.profile.has_value() ? CostsFromProfile(*options.profile, expert_bytes, flops)
                                         : DefaultCosts(expert_bytes, flops);
+  }
+  if (!options.cpu_share) {
+    // The split's CPU side never finishes first, so it takes nothing.
+    costs.cpu_compute_s = [](int64_t) { return kNeverSeconds; };
   }
   auto c = std::unique_ptr<ExpertCache>(
       new ExpertCache(layers, device, copies, std::move(residency), std::move(costs)));

@@ -45,6 +45,9 @@ struct ExpertCacheOptions {
   int capacity_per_layer = 0;  // 0: no cache (experts resident or offloaded as placed)
   double alpha = experts::ExpertScoreCache::kDefaultAlpha;
   int prefetch_budget = 1;     // experts of the next layer prefetched per layer
+  // False (Klotski): every activated expert runs on the device, the misses
+  // loaded in turn; the split gives the CPU none.
+  bool cpu_share = true;
   // The split's cost model per expert (HybriMoE): GPU and CPU compute time
   // for a number of tokens, and one expert's transfer. Null functions take
   // ExpertCache::DefaultCosts, or CostsFromProfile where `profile` is set.
