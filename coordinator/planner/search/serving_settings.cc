@@ -50,14 +50,9 @@ absl::StatusOr<ServingSettings> SettingsFromPolicy(const proto::Policy& p, const
     case proto::SCHEINFER:
     case proto::HYBRIMOE:
     case proto::NEO:
-      break;
     case proto::MOE_LIGHTNING:
     case proto::KLOTSKI:
-      return absl::UnimplementedError(absl::StrCat(
-          "policy: the workers do not run the ", proto::ScheduleFamily_Name(p.family()),
-          " schedule (", p.family() == proto::KLOTSKI ? "n batches sharing each loaded weight"
-                                                       : "micro-batches pipelined with CPU attention",
-          "); serve a policy of family GPU_RESIDENT, HOST_DEVICE, SCHEINFER, HYBRIMOE or NEO"));
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("policy: unknown schedule family ", static_cast<int>(p.family())));
@@ -68,7 +63,7 @@ absl::StatusOr<ServingSettings> SettingsFromPolicy(const proto::Policy& p, const
                                                    kServingKvBlockTokens));
   }
   for (int64_t v : {p.batch_size(), p.prefill_token_budget(), p.gpu_kv_blocks(), p.cpu_kv_blocks(),
-                    p.prefill_gpu_tokens()}) {
+                    p.prefill_gpu_tokens(), p.micro_batch_size(), int64_t{p.hot_experts()}}) {
     if (v < 0) return absl::InvalidArgumentError("policy: a negative count");
   }
   s.max_num_seqs = p.batch_size();
@@ -126,6 +121,33 @@ absl::StatusOr<ServingSettings> SettingsFromPolicy(const proto::Policy& p, const
   if (!any_cc) s.cpu_ffn_rows.clear();
   if (p.family() == proto::SCHEINFER && any_cc) s.prefill_gpu_tokens = p.prefill_gpu_tokens();
 
+  if (p.family() == proto::NEO) s.neo_sub_batches = p.num_micro_batches() == 2;
+  if (p.family() == proto::MOE_LIGHTNING) {
+    if (p.micro_batch_size() > 0 && p.batch_size() > p.micro_batch_size()) {
+      s.micro_batch_size = p.micro_batch_size();
+    }
+    if (!p.attention_on_gpu()) {
+      if (p.cpu_kv_blocks() == 0) {
+        return absl::InvalidArgumentError(
+            "policy: MOE_LIGHTNING with attention on the CPU but no CPU KV blocks");
+      }
+      s.kv_pool = "cpu";
+    }
+  }
+  if (p.family() == proto::KLOTSKI) {
+    // n batches of batch_size / n sequences: one step's batch, each loaded
+    // expert shared by all of them (the cache's plan covers the step).
+    if (!c.is_moe()) return absl::InvalidArgumentError("policy: KLOTSKI on a dense model");
+    const int32_t hot = std::min<int32_t>(std::max(p.hot_experts(), 1),
+                                          static_cast<int32_t>(c.num_experts));
+    s.expert_cache_slots = hot;
+    s.expert_prefetch = hot;
+    s.gpu_experts_only = true;
+    s.cpu_experts = "none";
+    s.streamed_ffn_layers.clear();  // the cache copies the experts in itself
+    if (p.gpu_kv_blocks() == 0 && p.cpu_kv_blocks() > 0) s.kv_pool = "cpu";
+    return s;
+  }
   if (p.family() == proto::HYBRIMOE) {
     // The cache holds the hot experts; each step splits the activated ones
     // between the device and the cpu_workers, which hold every expert.

@@ -13,9 +13,25 @@
 //  - a MoE layer's routed experts on the CPU are round(cc * experts) of
 //    them (the first ones: which is the cpu_worker's choice).
 // A HOST_DEVICE policy (no GPU: the host device runs every layer) sets
-// only the batch limits. A family whose schedule the workers do not run (MoE-Lightning's
-// micro-batch pipeline, Klotski's n-batch pipeline) is refused with the
-// reason: serving it under another schedule would not be that policy.
+// only the batch limits.
+//
+// MoE-Lightning (CGOPipe): its shares as above (r_w's resident part GG, the
+// rest streamed; with FFN on the CPU, CC), micro-batches of mu sequences
+// when N holds more than one, and with attention on the CPU every
+// request's KV on the CPU pool. The workers pipeline the micro-batches
+// within a layer (the CPU attention of one overlaps the device's work on
+// its neighbours), not across layers as the paper's "two ahead".
+//
+// Klotski: the n batches of a step are one step's batch (n * batch size
+// sequences), so each layer's weights are loaded once for all of them; its
+// experts go through the GPU expert cache with no CPU share: K hot experts
+// per layer (at least one slot), K prefetched per layer from the
+// transition table, the other activated experts copied in in turn and
+// computed on the device. Its KV goes to the CPU pool when the policy
+// places it there.
+//
+// Neo: the CPU KV pool, and when the policy pipelines two sub-batches,
+// the per-step sub-batch rule (--neo-sub-batches). HybriMoE: its cache.
 #ifndef TANDEM_COORDINATOR_PLANNER_SEARCH_SERVING_SETTINGS_H_
 #define TANDEM_COORDINATOR_PLANNER_SEARCH_SERVING_SETTINGS_H_
 
@@ -47,6 +63,11 @@ struct ServingSettings {
   int64_t max_num_batched_tokens = 0;
   int64_t kv_blocks = 0;
   int64_t cpu_kv_blocks = 0;
+  int64_t micro_batch_size = 0;  // MoE-Lightning's mu; 0: one micro-batch
+  std::string kv_pool = "auto";  // --kv-pool: "cpu" puts every request's KV there
+  bool gpu_experts_only = false;  // Klotski: the cache's experts all on the device
+  int32_t expert_prefetch = 0;    // experts prefetched per layer; 0: the default
+  bool neo_sub_batches = false;   // Neo's two asymmetric sub-batches per step
 };
 
 // A policy from JSON: `tandem plan --json`'s report (its "best" policy) or
@@ -55,8 +76,8 @@ struct ServingSettings {
 absl::StatusOr<proto::Policy> ParsePolicyJson(const std::string& text);
 
 // The settings that execute `p` for the model `c`: InvalidArgument when the
-// policy does not fit the model (layer count, fractions), Unimplemented for
-// a family the workers do not run.
+// policy does not fit the model (layer count, fractions, a family the
+// model has no use for).
 absl::StatusOr<ServingSettings> SettingsFromPolicy(const proto::Policy& p, const ModelConfig& c);
 
 }  // namespace tandem::planner

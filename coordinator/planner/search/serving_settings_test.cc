@@ -90,12 +90,96 @@ TEST(ServingSettingsTest, PoliciesThatDoNotFitTheModelOrTheWorkersAreRefused) {
   proto::Policy p = Uniform(proto::GPU_RESIDENT, 32, 1, 0, 0);
   p.set_kv_block_tokens(32);
   EXPECT_EQ(SettingsFromPolicy(p, c).status().code(), absl::StatusCode::kInvalidArgument);
-  // Schedules the workers do not run.
-  for (proto::ScheduleFamily f : {proto::MOE_LIGHTNING, proto::KLOTSKI}) {
-    st = SettingsFromPolicy(Uniform(f, 32, 0.1, 0.9, 0), c).status();
-    EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << proto::ScheduleFamily_Name(f);
-    EXPECT_NE(st.message().find(proto::ScheduleFamily_Name(f)), std::string::npos) << st;
-  }
+  // Klotski shares experts: a dense model has none.
+  st = SettingsFromPolicy(Uniform(proto::KLOTSKI, 32, 0, 1, 0), c).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  // MoE-Lightning's CPU attention needs CPU KV blocks.
+  p = Uniform(proto::MOE_LIGHTNING, 32, 0.1, 0.9, 0);
+  p.set_attention_on_gpu(false);
+  st = SettingsFromPolicy(p, c).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("CPU KV"), std::string::npos) << st;
+  p.set_cpu_kv_blocks(64);
+  p.set_micro_batch_size(-1);
+  EXPECT_EQ(SettingsFromPolicy(p, c).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ServingSettingsTest, MoeLightningStreamsItsWeightsInMicroBatchesWithCpuAttention) {
+  const ModelConfig c = testing::Mixtral8x7B();
+  // r_w: a quarter of each layer's experts resident, the rest streamed.
+  proto::Policy p = Uniform(proto::MOE_LIGHTNING, 32, 0.25, 0.75, 0);
+  p.set_batch_size(64);
+  p.set_micro_batch_size(16);
+  p.set_num_micro_batches(4);
+  p.set_attention_on_gpu(false);
+  p.set_ffn_on_gpu(true);
+  p.set_cpu_kv_blocks(4096);
+  p.set_kv_block_tokens(16);
+  absl::StatusOr<ServingSettings> s = SettingsFromPolicy(p, c);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->micro_batch_size, 16);
+  EXPECT_EQ(s->kv_pool, "cpu");
+  EXPECT_EQ(s->cpu_kv_blocks, 4096);
+  EXPECT_EQ(s->max_num_seqs, 64);
+  EXPECT_EQ(s->streamed_ffn_layers.size(), 32u);
+  EXPECT_EQ(s->cpu_experts, "none");
+  EXPECT_EQ(s->expert_cache_slots, 0);
+  // Attention on the GPU, one micro-batch, FFN on the CPU: no pipeline, KV
+  // where the service puts it, the non-resident experts on the cpu_workers.
+  p = Uniform(proto::MOE_LIGHTNING, 32, 0.5, 0, 0.5);
+  p.set_batch_size(8);
+  p.set_micro_batch_size(8);
+  p.set_attention_on_gpu(true);
+  s = SettingsFromPolicy(p, c);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->micro_batch_size, 0);
+  EXPECT_EQ(s->kv_pool, "auto");
+  EXPECT_EQ(s->cpu_experts, "4-per-layer");
+  EXPECT_TRUE(s->streamed_ffn_layers.empty());
+}
+
+TEST(ServingSettingsTest, NeoPipelinesItsSubBatchesWhenThePolicySaysTwo) {
+  proto::Policy p = Uniform(proto::NEO, 32, 1, 0, 0);
+  p.set_cpu_kv_blocks(1000);
+  p.set_num_micro_batches(2);
+  absl::StatusOr<ServingSettings> s = SettingsFromPolicy(p, Dense());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->neo_sub_batches);
+  EXPECT_EQ(s->cpu_kv_blocks, 1000);
+  EXPECT_EQ(s->kv_pool, "auto");
+  EXPECT_EQ(s->micro_batch_size, 0);
+  p.set_num_micro_batches(1);  // GPU-only won
+  s = SettingsFromPolicy(p, Dense());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->neo_sub_batches);
+}
+
+TEST(ServingSettingsTest, KlotskiRunsEveryExpertOnTheDeviceThroughTheCache) {
+  const ModelConfig c = testing::Mixtral8x7B();
+  proto::Policy p = Uniform(proto::KLOTSKI, 32, 0, 1, 0);
+  p.set_batch_size(60);  // n = 5 batches of 12
+  p.set_pipeline_batches(5);
+  p.set_hot_experts(3);
+  p.set_cpu_kv_blocks(2048);
+  absl::StatusOr<ServingSettings> s = SettingsFromPolicy(p, c);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->max_num_seqs, 60);
+  EXPECT_EQ(s->expert_cache_slots, 3);
+  EXPECT_EQ(s->expert_prefetch, 3);
+  EXPECT_TRUE(s->gpu_experts_only);
+  EXPECT_EQ(s->cpu_experts, "none");
+  EXPECT_TRUE(s->streamed_ffn_layers.empty());
+  EXPECT_EQ(s->micro_batch_size, 0);
+  EXPECT_EQ(s->kv_pool, "cpu");
+  // No hot experts: still one slot, the one each load goes through.
+  p.set_hot_experts(0);
+  p.set_cpu_kv_blocks(0);
+  p.set_gpu_kv_blocks(512);
+  s = SettingsFromPolicy(p, c);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->expert_cache_slots, 1);
+  EXPECT_EQ(s->kv_pool, "auto");
+  EXPECT_EQ(s->kv_blocks, 512);
 }
 
 TEST(ServingSettingsTest, MoeLayersPlaceTheirShareOfExpertsOnTheCpu) {
@@ -148,7 +232,7 @@ TEST(ServingSettingsTest, ReadsAPlanReportOrABarePolicy) {
   }
 }
 
-TEST(ServingSettingsTest, EveryFamilyTheSearchReturnsIsServedOrRefusedWithItsReason) {
+TEST(ServingSettingsTest, EveryFamilyTheSearchReturnsIsServed) {
   // The searched policies themselves, through the JSON `tandem plan` prints:
   // LLaMA-2-70B on an A6000 (ScheInfer splits its MLPs) and Mixtral-8x7B
   // on MoE-Lightning's T4.
@@ -178,12 +262,17 @@ TEST(ServingSettingsTest, EveryFamilyTheSearchReturnsIsServedOrRefusedWithItsRea
       ASSERT_TRUE(back.ok()) << name << " " << FamilyName(o.family) << ": " << back.status();
       absl::StatusOr<ServingSettings> s = SettingsFromPolicy(*back, *c);
       const proto::ScheduleFamily f = o.family;
-      if (f == proto::MOE_LIGHTNING || f == proto::KLOTSKI) {
-        EXPECT_EQ(s.status().code(), absl::StatusCode::kUnimplemented) << FamilyName(f);
-        continue;
-      }
       ASSERT_TRUE(s.ok()) << name << " " << FamilyName(f) << ": " << s.status();
       ++served;
+      if (f == proto::MOE_LIGHTNING) {
+        EXPECT_EQ(s->micro_batch_size,
+                  back->num_micro_batches() > 1 ? back->micro_batch_size() : 0);
+        EXPECT_EQ(s->kv_pool, back->attention_on_gpu() ? "auto" : "cpu");
+      }
+      if (f == proto::KLOTSKI) {
+        EXPECT_TRUE(s->gpu_experts_only);
+        EXPECT_GE(s->expert_cache_slots, 1);
+      }
       if (f == proto::SCHEINFER && !c->is_moe()) {
         // Each dense layer's CPU rows are its CC share, to within a block.
         if (!s->cpu_ffn_rows.empty()) {
@@ -197,10 +286,11 @@ TEST(ServingSettingsTest, EveryFamilyTheSearchReturnsIsServedOrRefusedWithItsRea
         }
       }
       std::printf("%-13s %-14s cpu rows %zu layers, %zu streamed, cpu experts %s, slots %d, "
-                  "N %lld\n",
+                  "N %lld, mu %lld, kv pool %s\n",
                   name, FamilyName(f).c_str(), s->cpu_ffn_rows.size(),
                   s->streamed_ffn_layers.size(), s->cpu_experts.c_str(), s->expert_cache_slots,
-                  static_cast<long long>(s->max_num_seqs));
+                  static_cast<long long>(s->max_num_seqs),
+                  static_cast<long long>(s->micro_batch_size), s->kv_pool.c_str());
     }
     EXPECT_GT(served, 0) << name;
   }
