@@ -131,6 +131,12 @@ Metrics::Metrics(std::string model_name)
                                  "of their weights (ScheInfer's token assignment n_g).")
                            .Register(r)
                            .Add(model);
+  micro_batched_steps_ = &prometheus::BuildCounter()
+                              .Name("tandem_micro_batched_steps_total")
+                              .Help("Steps the workers ran as more than one micro-batch (Neo's "
+                                    "sub-batches, MoE-Lightning's micro-batches).")
+                              .Register(r)
+                              .Add(model);
   worker_step_ = &prometheus::BuildHistogram()
                       .Name("tandem_worker_step_seconds")
                       .Help("Time of one step on each worker in seconds.")
@@ -198,6 +204,10 @@ void Metrics::ObserveWorkerStep(std::string_view worker, double seconds) {
 
 void Metrics::AddPrefillGpuRows(int64_t n) {
   if (n > 0) prefill_gpu_rows_->Increment(static_cast<double>(n));
+}
+
+void Metrics::ObserveMicroBatches(int64_t micro_batches) {
+  if (micro_batches > 1) micro_batched_steps_->Increment();
 }
 
 void Metrics::SetCollectHook(std::function<void()> hook) {

@@ -10,7 +10,9 @@
 //     vllm:request_success_total{finished_reason},
 //     tandem_http_requests_total{endpoint,code},
 //     tandem_prefill_gpu_rows_total (prefill rows whose CPU-side MLP rows
-//     ran on the GPU instead: ScheInfer's token assignment n_g)
+//     ran on the GPU instead: ScheInfer's token assignment n_g),
+//     tandem_micro_batched_steps_total (steps run as more than one
+//     micro-batch: Neo's sub-batches or MoE-Lightning's micro-batches)
 //   gauges vllm:num_requests_running, vllm:num_requests_waiting,
 //     vllm:kv_cache_usage_perc (0..1), tandem_kv_blocks_used{pool},
 //     tandem_kv_blocks_total{pool}, tandem_http_requests_in_flight,
@@ -66,6 +68,8 @@ class Metrics {
   void SetExpertCacheEvent(std::string_view event, int64_t count);
   void ObserveWorkerStep(std::string_view worker, double seconds);
   void AddPrefillGpuRows(int64_t n);
+  // A step the workers ran as `micro_batches` micro-batches (counted when > 1).
+  void ObserveMicroBatches(int64_t micro_batches);
 
   // Called at the start of every scrape (e.g. to refresh gauges lazily).
   void SetCollectHook(std::function<void()> hook);
@@ -98,6 +102,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* expert_cache_;
   prometheus::Family<prometheus::Histogram>* worker_step_;
   prometheus::Counter* prefill_gpu_rows_;
+  prometheus::Counter* micro_batched_steps_;
 
   std::mutex hook_mu_;
   std::function<void()> hook_;

@@ -47,6 +47,9 @@ struct StepStats {
   double wall_seconds = 0.0;    // the Step RPC, as the driver timed it
   double worker_seconds = 0.0;  // StepResult.step_seconds
   int64_t prefill_gpu_rows = 0;  // StepResult.prefill_gpu_rows (ScheInfer's n_g)
+  // Micro-batches the worker ran the step as: Neo's sub-batches
+  // (StepPlan.micro_batch_sizes) or MoE-Lightning's mu.
+  int64_t micro_batches = 1;
   bool ok = true;               // false: the step failed
 };
 

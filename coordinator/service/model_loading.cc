@@ -54,6 +54,18 @@ absl::Status ModelSpec::Validate() const {
         "\"/tandem-...\", got \"",
         data_segment, "\""));
   }
+  if (micro_batch_size < 0 || expert_prefetch < 0) {
+    return absl::InvalidArgumentError("model: micro_batch_size and expert_prefetch must be >= 0");
+  }
+  if ((experts_on_device_only || expert_prefetch > 0) && expert_cache_slots == 0) {
+    return absl::InvalidArgumentError(
+        "model: experts on the device only and expert prefetch need the expert cache");
+  }
+  if (micro_batch_size > 0 && expert_cache_slots > 0) {
+    return absl::InvalidArgumentError(
+        "model: micro-batches do not combine with the expert cache (its plan covers a whole "
+        "step)");
+  }
   if (attach_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("model: attach_timeout must be > 0");
   }
@@ -80,6 +92,9 @@ proto::LoadModelRequest BuildLoadModelRequest(const ModelSpec& spec) {
   r.set_expert_cache_slots(spec.expert_cache_slots);
   for (int64_t n : spec.cpu_ffn_rows) r.add_cpu_ffn_rows(n);
   r.set_prefill_gpu_tokens(spec.prefill_gpu_tokens);
+  r.set_micro_batch_size(spec.micro_batch_size);
+  r.set_experts_on_device_only(spec.experts_on_device_only);
+  r.set_expert_prefetch(spec.expert_prefetch);
   if (spec.uses_cpu_worker()) {
     r.set_data_segment(spec.data_segment);
     r.set_cpu_kv_tokens(spec.cpu_kv_tokens);

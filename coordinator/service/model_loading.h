@@ -60,6 +60,13 @@ struct ModelSpec {
   // Prefill rows whose CC part runs on the device
   // (LoadModelRequest.prefill_gpu_tokens).
   int64_t prefill_gpu_tokens = 0;
+  // MoE-Lightning's micro-batch size (LoadModelRequest.micro_batch_size).
+  int64_t micro_batch_size = 0;
+  // Klotski's expert execution with the cache: all on the device, and the
+  // experts prefetched per layer (LoadModelRequest.experts_on_device_only,
+  // expert_prefetch).
+  bool experts_on_device_only = false;
+  int32_t expert_prefetch = 0;
   absl::Duration attach_timeout = absl::Seconds(60);
 
   bool has_cpu_experts() const;

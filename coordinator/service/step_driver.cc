@@ -57,8 +57,12 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
   sc.max_num_seqs = config.max_num_seqs;
   sc.max_model_len = config.model.max_context;
   sc.eos_token_ids = config.eos_token_ids;
-  absl::StatusOr<std::unique_ptr<sched::Scheduler>> scheduler =
-      sched::Scheduler::Create(sc);
+  if (config.cpu_kv_only && config.num_cpu_kv_blocks == 0) {
+    return absl::InvalidArgumentError("cpu_kv_only needs a CPU KV pool (num_cpu_kv_blocks)");
+  }
+  absl::StatusOr<std::unique_ptr<sched::Scheduler>> scheduler = sched::Scheduler::Create(
+      sc, config.cpu_kv_only ? std::make_unique<sched::FixedPlacementPolicy>(sched::KvPool::kCpu)
+                             : nullptr);
   if (!scheduler.ok()) return scheduler.status();
   auto driver = std::unique_ptr<StepDriver>(
       new StepDriver(std::move(config), *std::move(scheduler)));

@@ -56,6 +56,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/planner/neo/neo_sub_batches.h"
 #include "coordinator/scheduler/scheduler.h"
 #include "coordinator/service/driver_metrics.h"
 #include "coordinator/service/generation_types.h"
@@ -75,6 +76,9 @@ struct StepDriverConfig {
   int64_t max_num_seqs = 64;
   // Neo's CPU KV pool; 0: none. Must fit in model.cpu_kv_tokens.
   int64_t num_cpu_kv_blocks = 0;
+  // Every request's KV, and so its attention, on the CPU pool
+  // (MoE-Lightning's CPU attention) instead of the GPU's first (Neo).
+  bool cpu_kv_only = false;
   std::vector<int32_t> eos_token_ids;  // the model's end-of-generation ids
   int64_t vocab_size = 0;  // > 0: Submit checks token ids against it
   // Submit returns kResourceExhausted while this many requests wait.
@@ -101,6 +105,13 @@ struct StepDriverConfig {
   // StepPlan.prefill_gpu_tokens. Null: the load-time value stands. A
   // failure is logged and the step goes without.
   std::function<absl::StatusOr<int64_t>(int64_t tokens)> prefill_gpu_tokens;
+  // Neo's two asymmetric sub-batches (planner/neo/neo_sub_batches.h): for a
+  // step holding a CPU-pool sequence, the order of its sequences and how
+  // many each sub-batch holds (StepPlan.micro_batch_sizes). Null: one
+  // batch. A failure is logged and the step runs as one batch.
+  std::function<absl::StatusOr<planner::StepSubBatches>(
+      absl::Span<const planner::StepSequenceShape>)>
+      sub_batches;
 };
 
 class StepDriver final : public WorkerListener {
@@ -171,6 +182,9 @@ class StepDriver final : public WorkerListener {
   void HandleWorkerLoss() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Step pieces (step_driver_loop.cc).
+  // Neo's sub-batches for the step (config_.sub_batches): reorders `out`'s
+  // sequences and sets its micro_batch_sizes.
+  void SplitSubBatches(const sched::StepPlan& plan, proto::StepPlan& out) const;
   proto::StepPlan BuildPlan(const sched::StepPlan& plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyResult(const sched::StepPlan& plan, const proto::StepResult& result)
@@ -178,7 +192,8 @@ class StepDriver final : public WorkerListener {
   void FailStep(const sched::StepPlan& plan, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordStep(const sched::StepPlan& plan, double wall_seconds,
-                  double worker_seconds, bool ok, int64_t prefill_gpu_rows = 0)
+                  double worker_seconds, bool ok, int64_t prefill_gpu_rows = 0,
+                  int64_t micro_batches = 1)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Bookkeeping (step_driver.cc).

@@ -265,6 +265,7 @@ proto::StepPlan StepDriver::BuildPlan(const sched::StepPlan& plan) {
   }
   out.mutable_free_seq_ids()->Add(pending_free_.begin(), pending_free_.end());
   pending_free_.clear();
+  SplitSubBatches(plan, out);
   if (config_.prefill_gpu_tokens) {
     int64_t tokens = 0;
     bool prefill = false;
@@ -283,6 +284,31 @@ proto::StepPlan StepDriver::BuildPlan(const sched::StepPlan& plan) {
     }
   }
   return out;
+}
+
+void StepDriver::SplitSubBatches(const sched::StepPlan& plan, proto::StepPlan& out) const {
+  if (!config_.sub_batches) return;
+  std::vector<planner::StepSequenceShape> shapes;
+  bool cpu = false;
+  for (const sched::ScheduledChunk& c : plan.chunks) {
+    shapes.push_back({static_cast<int64_t>(c.tokens.size()), c.start_pos,
+                      c.pool == sched::KvPool::kCpu});
+    cpu = cpu || shapes.back().cpu_kv;
+  }
+  if (!cpu) return;
+  absl::StatusOr<planner::StepSubBatches> split = config_.sub_batches(shapes);
+  if (!split.ok() || split->order.size() != shapes.size()) {
+    Log(absl::StrCat("Neo sub-batches for step ", plan.step_id, ": ",
+                     split.ok() ? "a malformed order" : split.status().ToString(),
+                     "; it runs as one batch"));
+    return;
+  }
+  if (split->sizes.empty()) return;
+  // The sequences batch-0 first (results are matched by id, not position).
+  google::protobuf::RepeatedPtrField<proto::StepSequence> ordered;
+  for (size_t i : split->order) *ordered.Add() = out.sequences(static_cast<int>(i));
+  out.mutable_sequences()->Swap(&ordered);
+  out.mutable_micro_batch_sizes()->Add(split->sizes.begin(), split->sizes.end());
 }
 
 void StepDriver::RunStep() {
@@ -373,7 +399,14 @@ void StepDriver::RunStep() {
     FailStep(plan, s);
     return;
   }
-  RecordStep(plan, wall, result.step_seconds(), /*ok=*/true, result.prefill_gpu_rows());
+  // The micro-batches the worker ran: the step's own split (Neo), else mu's.
+  const int64_t seqs = request.sequences_size();
+  const int64_t mu = config_.model.micro_batch_size;
+  const int64_t micro_batches = request.micro_batch_sizes_size() > 0
+                                    ? request.micro_batch_sizes_size()
+                                    : (mu > 0 ? (seqs + mu - 1) / mu : 1);
+  RecordStep(plan, wall, result.step_seconds(), /*ok=*/true, result.prefill_gpu_rows(),
+             micro_batches);
   if (result.has_expert_cache()) {
     const proto::ExpertCacheCounters& c = result.expert_cache();
     metrics_.expert_cache = {{"activations", c.activations()},
@@ -438,7 +471,8 @@ void StepDriver::FailStep(const sched::StepPlan& plan,
 }
 
 void StepDriver::RecordStep(const sched::StepPlan& plan, double wall_seconds,
-                            double worker_seconds, bool ok, int64_t prefill_gpu_rows) {
+                            double worker_seconds, bool ok, int64_t prefill_gpu_rows,
+                            int64_t micro_batches) {
   StepStats s;
   s.step_id = plan.step_id;
   s.num_sequences = static_cast<int64_t>(plan.chunks.size());
@@ -450,6 +484,7 @@ void StepDriver::RecordStep(const sched::StepPlan& plan, double wall_seconds,
   s.wall_seconds = wall_seconds;
   s.worker_seconds = worker_seconds;
   s.prefill_gpu_rows = prefill_gpu_rows;
+  s.micro_batches = micro_batches;
   s.ok = ok;
   if (ok) {
     ++metrics_.num_steps;

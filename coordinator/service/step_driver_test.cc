@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/types/span.h"
 #include "coordinator/service/testing/driver_fixture.h"
 #include "gtest/gtest.h"
 
@@ -391,6 +392,53 @@ TEST_F(StepDriverTest, AFailedTokenAssignmentLeavesTheStepAlone) {
     EXPECT_FALSE(plan.has_prefill_gpu_tokens());
   }
 }
+
+// Neo's sub-batches: a step holding CPU-pool sequences goes out in the
+// order the rule gives, with the sub-batch sizes; a failing rule leaves the
+// step one batch; the tokens are the same either way.
+class SubBatchTest : public StepDriverTest {
+ protected:
+  void Run(bool fail) {
+    StepDriverConfig config = BaseConfig();
+    config.model.cpu_kv_tokens = 64 * 4;
+    config.model.data_segment = "/tandem-step-driver-test";
+    config.num_cpu_kv_blocks = 64;
+    config.cpu_kv_only = true;
+    config.sub_batches = [fail](absl::Span<const planner::StepSequenceShape> step)
+        -> absl::StatusOr<planner::StepSubBatches> {
+      if (fail) return absl::InternalError("no rule");
+      planner::StepSubBatches s;
+      for (size_t i = step.size(); i-- > 0;) s.order.push_back(i);  // reversed
+      if (step.size() >= 2) s.sizes = {1, static_cast<int64_t>(step.size()) - 1};
+      return s;
+    };
+    StartCoordinator(config);
+    testing::FakeWorkerServer* w = AddWorker();
+    std::vector<std::vector<int32_t>> prompts = {Prompt(3), Prompt(5, 300), Prompt(4, 500)};
+    std::vector<int64_t> ids;
+    for (const auto& p : prompts) ids.push_back(Submit(p, Greedy(4)));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ASSERT_TRUE(events_.WaitDone(ids[i]));
+      EXPECT_EQ(events_.Get(ids[i]).tokens, Expected(prompts[i], 4));
+    }
+    int split = 0;
+    for (const proto::StepPlan& plan : w->worker().plans()) {
+      for (const proto::StepSequence& q : plan.sequences()) EXPECT_TRUE(q.cpu_attention());
+      if (fail || plan.sequences_size() < 2) {
+        EXPECT_EQ(plan.micro_batch_sizes_size(), 0);
+        continue;
+      }
+      ASSERT_EQ(plan.micro_batch_sizes_size(), 2);
+      EXPECT_EQ(plan.micro_batch_sizes(0), 1);
+      EXPECT_EQ(plan.micro_batch_sizes(1), plan.sequences_size() - 1);
+      ++split;
+    }
+    if (!fail) EXPECT_GT(split, 0);
+  }
+};
+
+TEST_F(SubBatchTest, CpuPoolStepsCarryTheirSubBatches) { Run(false); }
+TEST_F(SubBatchTest, AFailingRuleLeavesTheStepOneBatch) { Run(true); }
 
 }  // namespace
 }  // namespace tandem::coord

@@ -30,8 +30,9 @@ std::string RunCommand(const std::string& cmd, int* status) {
   return out;
 }
 
-json Bench(const std::string& kind, const std::string& extra, int layers = 2) {
-  const std::string cmd = std::string(TANDEM_BINARY) + " bench --synthetic " + kind +
+json Bench(const std::string& kind, const std::string& extra, int layers = 2,
+           const std::string& env = "") {
+  const std::string cmd = env + std::string(TANDEM_BINARY) + " bench --synthetic " + kind +
                           " --hidden 64 --layers " + std::to_string(layers) +
                           " --intermediate 128 --heads 4 --kv-heads 2"
                           " --vocab 256 --repeats 1 --pp 16,32 --batches 1,4 --context 16"
@@ -78,7 +79,7 @@ void ExpectReport(const json& j, bool moe) {
   }
   for (const char* k :
        {"cpu_model", "logical_cpus", "omp_threads", "memory_bytes", "l3_bytes", "probed_features",
-        "cpuinfo_flags", "kernel_isa", "bf16_gemm", "omp_wait_policy"}) {
+        "cpuinfo_flags", "kernel_isa", "bf16_gemm", "omp_wait_policy", "gomp_spincount"}) {
     EXPECT_TRUE(j["machine"].contains(k)) << "machine lacks " << k;
   }
   ExpectSummary(j["peaks"]["read_bandwidth"]["gbs"], "read_bandwidth");
@@ -151,6 +152,20 @@ TEST(BenchCliTest, WeightBudgetStreamsLayers) {
   const json j = Bench("dense", flag, 4);
   ExpectReport(j, false);
   EXPECT_EQ(j["model"].value("streamed_layers", -1), 3);
+}
+
+// bench computes alone: OpenMP threads sleep when idle after a short spin
+// (cli/openmp_environment.h); a wait policy the user set is left alone.
+TEST(BenchCliTest, OpenMpThreadsSpinBrieflyThenSleepUnlessTheUserChose) {
+  const std::string clean = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u TANDEM_OPENMP_WAIT ";
+  json j = Bench("dense", "", 1, clean);
+  ASSERT_TRUE(j.contains("machine"));
+  EXPECT_EQ(j["machine"].value("omp_wait_policy", ""), "PASSIVE");
+  EXPECT_EQ(j["machine"].value("gomp_spincount", ""), "20000");
+  j = Bench("dense", "", 1, clean + "OMP_WAIT_POLICY=ACTIVE ");
+  ASSERT_TRUE(j.contains("machine"));
+  EXPECT_EQ(j["machine"].value("omp_wait_policy", ""), "ACTIVE");
+  EXPECT_EQ(j["machine"].value("gomp_spincount", "x"), "");
 }
 
 TEST(BenchCliTest, BadFlagsFail) {

@@ -249,6 +249,17 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
   eo.device = device.make;
   eo.expert_cache.capacity_per_layer = req.expert_cache_slots();
   if (req.expert_cache_slots() > 0) eo.expert_cache.profile = MeasuredProfile(device);
+  if (req.expert_prefetch() < 0 || req.micro_batch_size() < 0) {
+    return absl::InvalidArgumentError("LoadModel: expert_prefetch and micro_batch_size must be >= 0");
+  }
+  if ((req.experts_on_device_only() || req.expert_prefetch() > 0) &&
+      req.expert_cache_slots() == 0) {
+    return absl::InvalidArgumentError(
+        "LoadModel: experts_on_device_only and expert_prefetch need expert_cache_slots");
+  }
+  eo.expert_cache.cpu_share = !req.experts_on_device_only();
+  if (req.expert_prefetch() > 0) eo.expert_cache.prefetch_budget = req.expert_prefetch();
+  eo.micro_batch_size = req.micro_batch_size();
   eo.cpu_ffn_rows.assign(req.cpu_ffn_rows().begin(), req.cpu_ffn_rows().end());
   eo.prefill_gpu_tokens = req.prefill_gpu_tokens();
   const int64_t max_sequences = eo.max_sequences;

@@ -93,5 +93,42 @@ TEST(ModelLoaderPlacement, TheExpertCacheNeedsEveryExpertOnTheCpuWorkers) {
   EXPECT_EQ(LoadModelForWorker(cached).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Klotski's cache: every expert on the device, more prefetched; and
+// MoE-Lightning's micro-batches. Neither changes the tokens.
+TEST(ModelLoaderPlacement, KlotskiCacheAndMicroBatchesReachTheEngine) {
+  auto resident = LoadModelForWorker(Request("qwen2_moe_f32"));
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  const std::vector<int32_t> want = Greedy(*resident->executor);
+  proto::LoadModelRequest klotski = Request("qwen2_moe_f32");
+  klotski.set_expert_cache_slots(1);
+  klotski.set_experts_on_device_only(true);
+  klotski.set_expert_prefetch(2);
+  auto k = LoadModelForWorker(klotski);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(Greedy(*k->executor), want);
+  const LayerResidencyStats st = k->executor->engine().expert_cache()->residency().Stats().total;
+  EXPECT_GT(st.loads, 0);
+  EXPECT_EQ(st.cpu_computed, 0);
+  EXPECT_EQ(st.gpu_computed, st.activations);
+
+  proto::LoadModelRequest mb = Request("qwen2_moe_f32");
+  mb.set_micro_batch_size(1);
+  auto m = LoadModelForWorker(mb);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->executor->engine().micro_batch_size(), 1);
+  EXPECT_EQ(Greedy(*m->executor), want);
+
+  // Not without the cache; micro-batches not with it; nothing negative.
+  proto::LoadModelRequest bad = Request("qwen2_moe_f32");
+  bad.set_experts_on_device_only(true);
+  EXPECT_EQ(LoadModelForWorker(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = klotski;
+  bad.set_micro_batch_size(2);
+  EXPECT_EQ(LoadModelForWorker(bad).status().code(), absl::StatusCode::kFailedPrecondition);
+  bad = mb;
+  bad.set_micro_batch_size(-1);
+  EXPECT_EQ(LoadModelForWorker(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
 
 namespace tandem {
@@ -95,7 +96,10 @@ absl::StatusOr<proto::StepResult> StepExecutor::Run(const proto::StepPlan& plan)
     c.cpu_attention = s.cpu_attention();
     batch.push_back(std::move(c));
   }
-  TANDEM_ASSIGN_OR_RETURN(StepResult r, engine_->Step(batch));
+  TANDEM_ASSIGN_OR_RETURN(
+      StepResult r,
+      engine_->Step(batch, absl::MakeConstSpan(plan.micro_batch_sizes().data(),
+                                               plan.micro_batch_sizes().size())));
 
   for (size_t i = 0; i < batch.size(); ++i) {
     const proto::StepSequence& s = plan.sequences(static_cast<int>(i));

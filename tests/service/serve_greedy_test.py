@@ -59,6 +59,13 @@ class CpuBlockWatcher:
         return self.peak
 
 
+def expert_cache_events(serve):
+    """/metrics' status and its expert cache counters by event."""
+    status, text = serve.get_text("/metrics")
+    return status, {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'tandem_expert_cache_events\{event="(\w+)"[^}]*\} (\S+)', text)}
+
+
 def main():
     tandem, model = sys.argv[1], sys.argv[2]
     checks = Checks()
@@ -86,6 +93,16 @@ def main():
     cpu_kv = ["--max-model-len", str(blocks * 16), "--kv-blocks", str(blocks),
               "--cpu-kv-blocks", str(8 * blocks)]
     placements.append(("cpu-kv", cpu_kv))
+    # Neo's two asymmetric sub-batches, chosen per step on a profile whose
+    # GPU is slow enough that CPU attention hides behind it.
+    slow_gpu = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                            "profiles", "slow_gpu.json")
+    placements.append(("cpu-kv+neo-sub-batches",
+                       cpu_kv + ["--neo-sub-batches", "--hardware", slow_gpu]))
+    # MoE-Lightning's schedule by flags: every request's attention on the
+    # cpu_worker, steps in micro-batches of one sequence pipelined against it.
+    placements.append(("cpu-kv-only+micro-batch-1",
+                       cpu_kv + ["--kv-pool", "cpu", "--micro-batch-size", "1"]))
     # The model sharded over two gpu_workers (host-device tensor parallelism).
     placements.append(("tensor-parallel-2", ["--tensor-parallel", "2"]))
     if not experts:  # half of every MLP's rows on the gpu_worker's CPU (ScheInfer's CC)
@@ -134,10 +151,34 @@ def main():
     with open(policy_file, "w") as f:
         json.dump({"model": "test", "best": policy}, f)
     placements.append(("policy-scheinfer", ["--policy", policy_file]))
+    # MoE-Lightning's policy: attention on the CPU, micro-batches of 2, the
+    # FFN of the odd layers streamed (r_w below 1).
+    ml = {"family": "MOE_LIGHTNING", "batch_size": 8, "micro_batch_size": 2,
+          "num_micro_batches": 4, "attention_on_gpu": False, "ffn_on_gpu": True,
+          "kv_block_tokens": 16, "cpu_kv_blocks": 8 * blocks,
+          "layers": [{"layer": layer, "gg_fraction": 0.25 if layer % 2 else 1.0,
+                      "cg_fraction": 0.75 if layer % 2 else 0.0, "cc_fraction": 0.0}
+                     for layer in range(layers)]}
+    ml_file = os.path.join(work, f"policy-ml-{os.getpid()}.json")
+    with open(ml_file, "w") as f:
+        json.dump(ml, f)
+    placements.append(("policy-moe-lightning", ["--policy", ml_file, "--max-model-len",
+                                                str(blocks * 16)]))
+    if experts:  # Klotski's: one hot expert per layer, every expert on the device
+        kl = {"family": "KLOTSKI", "batch_size": 8, "pipeline_batches": 2, "hot_experts": 1,
+              "kv_block_tokens": 16,
+              "layers": [{"layer": layer, "gg_fraction": 0.0, "cg_fraction": 1.0,
+                          "cc_fraction": 0.0} for layer in range(layers)]}
+        kl_file = os.path.join(work, f"policy-klotski-{os.getpid()}.json")
+        with open(kl_file, "w") as f:
+            json.dump(kl, f)
+        placements.append(("policy-klotski", ["--policy", kl_file]))
 
     for placement, args in placements:
         serve = Serve(tandem, model, *args, "--max-num-seqs", "8")
-        cpu_blocks = CpuBlockWatcher(serve) if placement.startswith("cpu-kv") else None
+        cpu_blocks = (CpuBlockWatcher(serve)
+                      if placement.startswith("cpu-kv") or placement == "policy-moe-lightning"
+                      else None)
         try:
             def body(case):
                 return {"model": "model", "prompt": case["prompt"], "max_tokens": n,
@@ -178,20 +219,40 @@ def main():
                 checks.check(f"[{placement}] serve applied the policy ({line.strip()})",
                              "SCHEINFER" in line and all(w in line for w in want),
                              "\n".join(serve.stdout_lines))
+            if placement in ("policy-moe-lightning", "policy-klotski"):
+                line = next((l for l in serve.stdout_lines if l.startswith("policy ")), "")
+                want = (["--micro-batch-size 2", "--kv-pool cpu", "streamed layers"]
+                        if placement == "policy-moe-lightning"
+                        else ["--gpu-expert-cache 1", "--expert-prefetch 1", "--gpu-experts-only"])
+                checks.check(f"[{placement}] serve applied the policy ({line.strip()})",
+                             all(w in line for w in want), "\n".join(serve.stdout_lines))
+            if placement == "policy-klotski":
+                status, counts = expert_cache_events(serve)
+                checks.check(f"[{placement}] every activated expert ran on the device: "
+                             f"misses loaded, none on the CPU",
+                             status == 200 and counts.get("loads", 0) > 0
+                             and counts.get("cpu_computed", -1) == 0
+                             and counts.get("gpu_computed", 0) == counts.get("activations", -1),
+                             str(counts))
+            if placement in ("cpu-kv+neo-sub-batches", "cpu-kv-only+micro-batch-1",
+                             "policy-moe-lightning"):
+                status, text = serve.get_text("/metrics")
+                m = re.search(r'tandem_micro_batched_steps_total\{[^}]*\} (\S+)', text)
+                steps = float(m.group(1)) if m else -1
+                checks.check(f"[{placement}] some steps ran as several micro-batches ({steps})",
+                             status == 200 and steps > 0, text[-400:])
             if placement.startswith("tensor-parallel"):
                 checks.check(f"[{placement}] 2 gpu_workers started",
                              len(serve.child_pids("gpu_worker")) == 2, serve.log())
             if placement.startswith("expert-cache"):
-                status, text = serve.get_text("/metrics")
-                counts = {m.group(1): float(m.group(2)) for m in re.finditer(
-                    r'tandem_expert_cache_events\{event="(\w+)"[^}]*\} (\S+)', text)}
+                status, counts = expert_cache_events(serve)
                 checks.check(f"[{placement}] /metrics counts the cache's activations, "
                              f"hits + misses adding up, some computed on the CPU",
                              status == 200 and counts.get("activations", 0) > 0
                              and counts.get("hits", -1) + counts.get("misses", -1)
                              == counts["activations"] and counts.get("cpu_computed", 0) > 0,
                              str(counts))
-            no_cpu_worker = (placement in ("none", "expert-cache-1")
+            no_cpu_worker = (placement in ("none", "expert-cache-1", "policy-klotski")
                              or placement.startswith("cpu-ffn-half")
                              or (placement == "policy-scheinfer" and not experts)
                              or placement.startswith("tensor-parallel"))
@@ -207,11 +268,11 @@ def main():
             rc, alive, shm = serve.stop()
         checks.check(f"[{placement}] serve exits 0 on SIGTERM leaving no process or segment",
                      rc == 0 and not alive and not shm, f"rc={rc} alive={alive} shm={shm}")
-    # A policy the workers cannot run, or that does not fit the model: serve
-    # refuses it at once, saying why, and starts nothing.
-    bad = dict(policy, family="MOE_LIGHTNING")
+    # A policy that cannot run as given, or that does not fit the model:
+    # serve refuses it at once, saying why, and starts nothing.
+    no_cpu_kv = dict(ml, cpu_kv_blocks=0)
     wrong_layers = dict(policy, layers=policy["layers"][:-1])
-    for name, pol, needle in (("moe-lightning", bad, "MOE_LIGHTNING"),
+    for name, pol, needle in (("moe-lightning without CPU KV", no_cpu_kv, "CPU KV blocks"),
                               ("layer count", wrong_layers, "layers")):
         with open(policy_file, "w") as f:
             json.dump(pol, f)
@@ -220,7 +281,8 @@ def main():
         checks.check(f"[policy {name}] serve refuses it: exit {r.returncode}, "
                      f"'{r.stderr.strip()[:160]}'",
                      r.returncode != 0 and needle in r.stderr and "--policy" in r.stderr)
-    os.remove(policy_file)
+    for f in [policy_file, ml_file] + ([kl_file] if experts else []):
+        os.remove(f)
     checks.finish()
 
 

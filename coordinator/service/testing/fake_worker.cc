@@ -61,6 +61,7 @@ grpc::Status FakeWorker::LoadModel(grpc::ServerContext* ctx,
   ++loads_;
   resp->set_kv_blocks(total_blocks_);
   resp->set_weight_bytes(1234);
+  resp->set_cpu_kv_tokens(req->cpu_kv_tokens());  // its "cpu_worker" holds what is asked
   return grpc::Status::OK;
 }
 
