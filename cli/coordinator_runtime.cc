@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "common/checkpoint.h"
 #include "common/hardware_profile.h"
+#include "coordinator/planner/neo/neo_sub_batches.h"
 #include "coordinator/planner/scheinfer/prefill_assignment.h"
 #include "coordinator/planner/search/serving_settings.h"
 #include "common/status_macros.h"
@@ -129,6 +130,29 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                   "KV blocks of 16 tokens on a cpu_worker: requests placed there run "
                   "attention on the CPU (0: none)")
       ->capture_default_str();
+  cmd->add_option("--micro-batch-size", o.micro_batch_size,
+                  "MoE-Lightning's mu: a step of more sequences runs as micro-batches of this "
+                  "many, pipelined so that the CPU attention of one overlaps the device's work "
+                  "on its neighbours (0: one micro-batch)")
+      ->capture_default_str();
+  cmd->add_option("--kv-pool", o.kv_pool,
+                  "Where requests' KV, and so their decode attention, goes: auto (the GPU's "
+                  "pool first, the CPU's when it fills: Neo) or cpu (every request on the CPU "
+                  "pool: MoE-Lightning's CPU attention; needs --cpu-kv-blocks)")
+      ->capture_default_str();
+  cmd->add_flag("--gpu-experts-only", o.gpu_experts_only,
+                  "With --gpu-expert-cache: every activated expert runs on the device, the "
+                  "misses copied in turn (Klotski), none on the CPU");
+  cmd->add_option("--expert-prefetch", o.expert_prefetch,
+                  "With --gpu-expert-cache: experts of the next layer prefetched per layer "
+                  "(Klotski's hot experts; 0: one)")
+      ->capture_default_str();
+  cmd->add_flag("--neo-sub-batches", o.neo_sub_batches,
+                  "Neo's two asymmetric sub-batches: a step with CPU decodes runs as batch-0 "
+                  "(prefills, GPU decodes, a few CPU decodes) and batch-1 (the other CPU "
+                  "decodes), chosen per step by Neo's rule on --hardware's profile, so that "
+                  "batch-1's CPU attention overlaps batch-0's linear layers (needs "
+                  "--cpu-kv-blocks and --hardware)");
   cmd->add_option("--max-model-len", o.max_model_len, "Context length (default: the model's, at most 8192)");
   cmd->add_option("--max-num-seqs", o.max_num_seqs, "Sequences per step at most")->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "Tokens per step at most")->capture_default_str();
@@ -136,13 +160,16 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
   cmd->add_option("--chat-template", o.chat_template, "File with a Jinja chat template overriding the model's");
   cmd->add_option("--policy", o.policy,
                   "A planner policy to execute: `tandem plan --json` output (its best policy) or "
-                  "a Policy as JSON. It sets the CPU rows and streamed layers per layer, the CPU "
-                  "experts and expert cache, Neo's CPU KV pool, n_g and the batch limits; flags "
-                  "given beside it win");
+                  "a Policy as JSON, of any schedule family. It sets the CPU rows and streamed "
+                  "layers per layer, the CPU experts and expert cache (Klotski's on the device "
+                  "only), the KV pools, MoE-Lightning's micro-batches, n_g and the batch "
+                  "limits; flags given beside it win");
   // Which settings the command line gave, so that a policy leaves them be.
   for (const char* name : {"--cpu-experts", "--gpu-expert-cache", "--cpu-ffn-fraction",
                            "--prefill-gpu-tokens", "--gpu-memory-budget", "--cpu-kv-blocks",
-                           "--max-num-seqs", "--max-num-batched-tokens", "--kv-blocks"}) {
+                           "--max-num-seqs", "--max-num-batched-tokens", "--kv-blocks",
+                           "--micro-batch-size", "--kv-pool", "--gpu-experts-only",
+                           "--expert-prefetch", "--neo-sub-batches"}) {
     cmd->get_option(name)->each([&o, name](const std::string&) { o.given.insert(name); });
   }
 }
@@ -185,6 +212,25 @@ absl::Status ApplyPolicyFile(CoordinatorOptions* o) {
   count("--max-num-seqs", s->max_num_seqs, &o->max_num_seqs);
   count("--max-num-batched-tokens", s->max_num_batched_tokens, &o->max_num_batched_tokens);
   count("--kv-blocks", s->kv_blocks, &o->kv_blocks);
+  count("--micro-batch-size", s->micro_batch_size, &o->micro_batch_size);
+  count("--expert-prefetch", s->expert_prefetch, &o->expert_prefetch);
+  if (free("--kv-pool") && s->kv_pool != "auto") {
+    o->kv_pool = s->kv_pool;
+    set.push_back(absl::StrCat("--kv-pool ", s->kv_pool));
+  }
+  if (free("--gpu-experts-only") && s->gpu_experts_only) {
+    o->gpu_experts_only = true;
+    set.push_back("--gpu-experts-only");
+  }
+  if (free("--neo-sub-batches") && s->neo_sub_batches) {
+    // The per-step rule needs the machine's figures.
+    if (o->hardware.empty()) {
+      set.push_back("not Neo's sub-batches (they need --hardware)");
+    } else {
+      o->neo_sub_batches = true;
+      set.push_back("--neo-sub-batches");
+    }
+  }
   if (free("--prefill-gpu-tokens") && s->prefill_gpu_tokens > 0) {
     o->prefill_gpu_tokens = absl::StrCat(s->prefill_gpu_tokens);
     set.push_back(absl::StrCat("--prefill-gpu-tokens ", s->prefill_gpu_tokens));
@@ -215,8 +261,9 @@ absl::Status SetPrefillTokenAssignment(const CoordinatorOptions& o, const ModelC
     return absl::InvalidArgumentError(
         "--prefill-gpu-tokens assigns the prefill tokens of --cpu-ffn-fraction's rows: give both");
   }
-  if (!automatic && !o.hardware.empty()) {
-    return absl::InvalidArgumentError("--hardware is for --prefill-gpu-tokens auto");
+  if (!automatic && !o.hardware.empty() && !o.neo_sub_batches) {
+    return absl::InvalidArgumentError(
+        "--hardware is for --prefill-gpu-tokens auto and --neo-sub-batches");
   }
   dc->model.prefill_gpu_tokens = fixed;
   if (!automatic) return absl::OkStatus();
@@ -240,6 +287,34 @@ absl::Status SetPrefillTokenAssignment(const CoordinatorOptions& o, const ModelC
   // The driver calls it from its one thread.
   auto shared = std::make_shared<planner::scheinfer::PrefillAssigner>(std::move(assigner));
   dc->prefill_gpu_tokens = [shared](int64_t tokens) { return shared->GpuTokens(tokens); };
+  return absl::OkStatus();
+}
+
+// --neo-sub-batches: the driver splits each step with CPU decodes into
+// Neo's batch-0 and batch-1 (planner/neo/neo_sub_batches.h).
+absl::Status SetNeoSubBatches(const CoordinatorOptions& o, const ModelConfig& cfg,
+                              coord::StepDriverConfig* dc) {
+  if (!o.neo_sub_batches) return absl::OkStatus();
+  if (o.cpu_kv_blocks == 0 || o.hardware.empty()) {
+    return absl::InvalidArgumentError(
+        "--neo-sub-batches needs a CPU KV pool (--cpu-kv-blocks) and --hardware PROFILE.json "
+        "(the costs of Neo's per-step rule)");
+  }
+  if (o.micro_batch_size > 0 || o.tensor_parallel > 1) {
+    return absl::InvalidArgumentError(
+        "--neo-sub-batches does not combine with --micro-batch-size or --tensor-parallel");
+  }
+  TANDEM_ASSIGN_OR_RETURN(HardwareProfile hw, LoadHardwareProfile(o.hardware));
+  absl::StatusOr<std::unique_ptr<planner::NeoSubBatcher>> b =
+      planner::NeoSubBatcher::Create(cfg, hw);
+  if (!b.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--hardware ", o.hardware, ": ",
+                                                   b.status().message()));
+  }
+  std::shared_ptr<planner::NeoSubBatcher> shared = *std::move(b);
+  dc->sub_batches = [shared](absl::Span<const planner::StepSequenceShape> step) {
+    return shared->Split(step);
+  };
   return absl::OkStatus();
 }
 
@@ -326,6 +401,27 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
         "--tensor-parallel or --gpu-memory-budget");
   }
   dc.model.expert_cache_slots = o.gpu_expert_cache;
+  if ((o.gpu_experts_only || o.expert_prefetch != 0) && o.gpu_expert_cache == 0) {
+    return absl::InvalidArgumentError("--gpu-experts-only and --expert-prefetch need --gpu-expert-cache");
+  }
+  if (o.expert_prefetch < 0) return absl::InvalidArgumentError("--expert-prefetch must be >= 0");
+  dc.model.experts_on_device_only = o.gpu_experts_only;
+  dc.model.expert_prefetch = o.expert_prefetch;
+  if (o.micro_batch_size < 0) return absl::InvalidArgumentError("--micro-batch-size must be >= 0");
+  if (o.micro_batch_size > 0 && (o.gpu_expert_cache > 0 || o.tensor_parallel > 1)) {
+    return absl::InvalidArgumentError(
+        "--micro-batch-size does not combine with --gpu-expert-cache (its plan covers a whole "
+        "step) or --tensor-parallel");
+  }
+  dc.model.micro_batch_size = o.micro_batch_size;
+  if (o.kv_pool != "auto" && o.kv_pool != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-pool must be auto or cpu, not '", o.kv_pool, "'"));
+  }
+  if (o.kv_pool == "cpu" && o.cpu_kv_blocks == 0) {
+    return absl::InvalidArgumentError("--kv-pool cpu needs a CPU pool (--cpu-kv-blocks)");
+  }
+  dc.cpu_kv_only = o.kv_pool == "cpu";
   if (!(o.cpu_ffn_fraction >= 0 && o.cpu_ffn_fraction < 1)) {
     return absl::InvalidArgumentError("--cpu-ffn-fraction must be in [0, 1)");
   }
@@ -365,6 +461,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
     }
   }
   TANDEM_RETURN_IF_ERROR(SetPrefillTokenAssignment(o, cfg, &dc));
+  TANDEM_RETURN_IF_ERROR(SetNeoSubBatches(o, cfg, &dc));
   dc.tensor_parallel = o.tensor_parallel;
   if (o.tensor_parallel > 1) {
     // Names of the ranks' all-reduce groups (one per load attempt).
@@ -384,6 +481,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
     if (!s.ok) return;
     m->ObserveWorkerStep("gpu_worker", s.worker_seconds);
     m->AddPrefillGpuRows(s.prefill_gpu_rows);
+    m->ObserveMicroBatches(s.micro_batches);
   };
   TANDEM_ASSIGN_OR_RETURN(p->driver, coord::StepDriver::Create(std::move(dc)));
   p->registry->SetListener(p->driver.get());

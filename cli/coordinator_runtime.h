@@ -35,6 +35,11 @@ struct CoordinatorOptions {
   // or "auto" (re-solved per prefill step from --hardware's profile).
   std::string prefill_gpu_tokens = "0";
   std::string hardware;               // hardware profile JSON (for auto n_g)
+  int64_t micro_batch_size = 0;       // MoE-Lightning's mu; 0: one micro-batch per step
+  std::string kv_pool = "auto";       // "auto" (GPU first, Neo) or "cpu" (every request)
+  bool gpu_experts_only = false;      // the expert cache runs every expert on the device
+  int expert_prefetch = 0;            // experts prefetched per layer; 0: the cache's default
+  bool neo_sub_batches = false;       // Neo's two asymmetric sub-batches per step
   std::string rings;                  // shared-memory ring prefix for the cpu_worker
   int64_t max_model_len = 0;
   int64_t max_num_seqs = 16;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cli/child_process.h"
+#include "cli/openmp_environment.h"
 #include "common/shm/shm_segment.h"
 #include "common/status_macros.h"
 #include "gpu_worker/device_spec.h"
@@ -63,6 +64,10 @@ absl::Status Run(const ServeOptions& so) {
   if (rt->grpc_port() > 0) std::printf("gRPC API on %s:%d\n", o.host.c_str(), rt->grpc_port());
   std::fflush(stdout);
 
+  // A lone gpu_worker computes alone: it may spin briefly between its
+  // parallel regions (openmp_environment.h); beside cpu_workers or other
+  // ranks it must not.
+  if (!cpu_worker && ranks == 1) SpinBeforeSleepInChildren();
   const std::string segment_prefix = absl::StrCat("/tandem-", getpid(), "-");
   std::vector<Supervised> workers;
   // One gpu_worker per tensor-parallel rank; ranks on this machine share

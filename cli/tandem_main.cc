@@ -14,7 +14,7 @@
 #include "cpu_worker/ops/amx_linear.h"
 
 int main(int argc, char** argv) {
-  tandem::cli::EnsurePassiveOpenMpWait(argv);
+  tandem::cli::EnsureOpenMpWait(argv);
   CLI::App app{"Tandem: serves large language models across GPU and CPU"};
   app.require_subcommand(1);
   tandem::cli::GenerateOptions gen;

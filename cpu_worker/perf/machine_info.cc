@@ -61,6 +61,8 @@ MachineInfo DescribeMachine() {
   m.bf16_gemm = ops::CpuHasBf16();
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   m.omp_wait_policy = wait != nullptr ? wait : "";
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  m.gomp_spincount = spin != nullptr ? spin : "";
   return m;
 }
 
