@@ -3,11 +3,14 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cpu_worker/ops/cpu_features.h"
@@ -46,7 +49,41 @@ void ReadCpuinfo(MachineInfo* m) {
   }
 }
 
+// The first line of a small sysfs file, stripped; "" if unreadable.
+std::string ReadLine(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  std::getline(in, line);
+  return std::string(absl::StripAsciiWhitespace(line));
+}
+
+// A sysfs cache size: "32768K", "2M", or plain bytes; 0 if malformed.
+int64_t ParseCacheSize(absl::string_view s) {
+  int64_t unit = 1;
+  if (absl::ConsumeSuffix(&s, "K")) {
+    unit = int64_t{1} << 10;
+  } else if (absl::ConsumeSuffix(&s, "M")) {
+    unit = int64_t{1} << 20;
+  } else if (absl::ConsumeSuffix(&s, "G")) {
+    unit = int64_t{1} << 30;
+  }
+  int64_t v = 0;
+  if (s.empty() || !absl::SimpleAtoi(s, &v) || v <= 0) return 0;
+  return v * unit;
+}
+
 }  // namespace
+
+int64_t L3BytesFromSysfs(const std::string& cache_dir) {
+  std::error_code ec;
+  int64_t best = 0;
+  for (const auto& e : std::filesystem::directory_iterator(cache_dir, ec)) {
+    if (!absl::StartsWith(e.path().filename().string(), "index")) continue;
+    if (ReadLine(e.path() / "level") != "3") continue;
+    best = std::max(best, ParseCacheSize(ReadLine(e.path() / "size")));
+  }
+  return best;
+}
 
 MachineInfo DescribeMachine() {
   MachineInfo m;
@@ -54,8 +91,11 @@ MachineInfo DescribeMachine() {
   m.logical_cpus = sysconf(_SC_NPROCESSORS_ONLN);
   m.omp_threads = omp_get_max_threads();
   m.memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  m.l3_bytes = l3 > 0 ? l3 : 0;
+  m.l3_bytes = L3BytesFromSysfs("/sys/devices/system/cpu/cpu0/cache");
+  if (m.l3_bytes == 0) {
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    m.l3_bytes = l3 > 0 ? l3 : 0;
+  }
   m.probed_features = ops::CpuFeaturesString(ops::HostCpuFeatures());
   m.kernel_isa = ops::KernelIsaName(ops::MaxKernelIsa());
   m.bf16_gemm = ops::CpuHasBf16();

@@ -17,7 +17,7 @@ struct MachineInfo {
   int64_t logical_cpus = 0;                // online CPUs
   int64_t omp_threads = 0;                 // OpenMP threads the kernels use
   int64_t memory_bytes = 0;                // physical memory
-  int64_t l3_bytes = 0;                    // last-level cache as the OS reports it (0 if unknown)
+  int64_t l3_bytes = 0;                    // one L3 as the kernel reports it (0 if unknown)
   std::string probed_features;             // ops::CpuFeaturesString of the kernels' own probe
   std::vector<std::string> cpuinfo_flags;  // avx512*, avx_vnni, amx* from /proc/cpuinfo
   std::string kernel_isa;                  // level of the hand-written kernels (ops::MaxKernelIsa)
@@ -27,6 +27,13 @@ struct MachineInfo {
 };
 
 MachineInfo DescribeMachine();
+
+// The size of the largest level-3 cache among `cache_dir`'s index*/
+// entries (Linux: /sys/devices/system/cpu/cpu0/cache), 0 if none is listed
+// or readable. Preferred to glibc's sysconf(_SC_LEVEL3_CACHE_SIZE), which
+// derives the size from CPUID and reported 320 MiB for the 32 MiB L3 of a
+// 2-core AMD EPYC VM.
+int64_t L3BytesFromSysfs(const std::string& cache_dir);
 
 }  // namespace tandem::perf
 
