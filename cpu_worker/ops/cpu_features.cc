@@ -35,6 +35,9 @@ CpuFeatures Probe() {
   CpuFeatures f;
   const uint32_t max_leaf = __get_cpuid_max(0, nullptr);
   if (max_leaf < 1) return f;
+  const Regs l0 = CpuId(0, 0);
+  // "AuthenticAMD" in EBX, EDX, ECX order.
+  f.amd = l0.ebx == 0x68747541u && l0.edx == 0x69746e65u && l0.ecx == 0x444d4163u;
   const Regs l1 = CpuId(1, 0);
   const bool osxsave = Bit(l1.ecx, 27);
   const bool avx = Bit(l1.ecx, 28);
@@ -124,6 +127,7 @@ std::string CpuFeaturesString(const CpuFeatures& f) {
   add(f.avx512_vnni, "avx512_vnni");
   add(f.avx512_bf16, "avx512_bf16");
   add(f.amx_bf16, "amx_bf16");
+  add(f.amd, "amd");
   return s;
 }
 

@@ -21,6 +21,7 @@ struct CpuFeatures {
   bool os_avx = false;     // the OS saves YMM state (XCR0 bits 1, 2)
   bool os_avx512 = false;  // the OS saves opmask and ZMM state (XCR0 bits 5, 6, 7)
   bool os_amx = false;     // the OS saves tile state (XCR0 bits 17, 18)
+  bool amd = false;        // vendor "AuthenticAMD" (cpuid leaf 0): which kernels are fast differs
 };
 
 // The host's features, probed once. Not affected by TANDEM_CPU_ISA.
@@ -47,7 +48,7 @@ const char* KernelIsaName(KernelIsa isa);
 // =scalar also rule out bf16 GEMMs, through MaxKernelIsa.)
 bool CpuIsaForcedF32();
 
-// "avx2 fma avx512f ..." for logs.
+// "avx2 fma avx512f ... amd" for logs.
 std::string CpuFeaturesString(const CpuFeatures& f);
 
 }  // namespace tandem::ops

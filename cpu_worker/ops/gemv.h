@@ -34,7 +34,8 @@ namespace tandem::ops::internal {
 // Why not AVX512-BF16's vdpbf16ps: on Sapphire Rapids it retires one per
 // two cycles and occupies both FMA ports, 16 bf16 multiply-adds per cycle
 // against 32 for f32 FMAs on exactly widened weights (a shift and a mask
-// per 32 weights), and it would round x to bf16.
+// per 32 weights), and it would round x to bf16. On AMD Zen 4 the ratio is
+// the other way round, and Linear takes bf16_dot_linear.h's kernel there.
 void SmallBatchLinear(const float* x, int64_t m, const void* w, bool w_bf16, int64_t n, int64_t k,
                       const float* bias, float* y, bool allow_avx512 = true);
 

@@ -13,7 +13,9 @@
 // widened weights. Where AMX is usable (amx_linear.h), bf16 batches of 2 to
 // 32 rows with K a multiple of 32 take the AMX kernel instead, which also
 // reads the weight in place (activations rounded to bf16; Bf16UsesAmxKernel
-// says when). Larger bf16 batches round activations to bf16 and run on
+// says when); on AMD CPUs with AVX512-BF16, bf16 batches of 2 to 32 rows
+// take an AVX512-BF16 dot-product kernel that does the same
+// (bf16_dot_linear.h, Bf16UsesDotKernel). Larger bf16 batches round activations to bf16 and run on
 // oneDNN's AVX512-BF16/AMX kernels (f32 accumulation either way): up to
 // internal::kWeightAsSrcMaxRows rows on AMX with the weight as oneDNN's
 // source operand (read in place), above that as a normal GEMM.
@@ -21,8 +23,8 @@
 // Batch invariance: a row's result is the same bits whatever else shares
 // the call, for batches of up to SmallBatchMaxRows rows (4 with AMX, else
 // 16; the small-batch kernel's accumulation order does not depend on m),
-// within 2-32 rows on the AMX kernel (1 row alone is the small-batch
-// kernel's), and on oneDNN's AMX within 5-16 and within 17-32 rows where
+// within 2-32 rows on the AMX kernel and on the dot-product kernel (1 row
+// alone is the small-batch kernel's), and on oneDNN's AMX within 5-16 and within 17-32 rows where
 // the AMX kernel does not take the shape (one oneDNN primitive, of N = 16
 // or 32, serves each class; tested, as oneDNN does not promise it).
 // Across classes and above 32 rows, results differ by f32 summation order
@@ -128,6 +130,10 @@ inline constexpr int64_t kWeightAsSrcMaxRows = 32;
 // True if a bf16 Linear of m rows and k input features runs on the AMX
 // kernel (amx_linear.h).
 bool Bf16UsesAmxKernel(int64_t m, int64_t k);
+// True if a bf16 Linear of m rows runs on the AVX512-BF16 dot-product
+// kernel (bf16_dot_linear.h): 2 to kBf16DotMaxRows rows on an AMD CPU with
+// AVX512-BF16 and without AMX, where vdpbf16ps has twice the f32 FMA rate.
+bool Bf16UsesDotKernel(int64_t m);
 // True if a quantized Linear of m rows and k input features runs on the
 // AMX kernel (AmxQuantLinear): the batches above the int8 kernel's
 // (QuantLinearUsesGemv) up to kAmxMaxRows rows, where AMX is usable.

@@ -18,6 +18,7 @@
 #include "common/dtype.h"
 #include "common/quant.h"
 #include "cpu_worker/ops/amx_linear.h"
+#include "cpu_worker/ops/bf16_dot_linear.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/intrinsics.h"
@@ -213,7 +214,8 @@ BENCHMARK_CAPTURE(BM_QuantSmallBatchPaths, q4_0, DType::kQ4_0)
 // internal::SmallBatchMaxRows): the same cold weights through the kernel
 // (arg path 0), oneDNN's GEMM with x rounded to bf16 (path 1) and oneDNN
 // with the weight as source operand, x padded to 16 or 32 rows (path 2),
-// and the AMX kernel (path 3, amx_linear.h).
+// the AMX kernel (path 3, amx_linear.h) and the AVX512-BF16 dot-product
+// kernel (path 4, bf16_dot_linear.h).
 void BM_Bf16SmallBatchPaths(benchmark::State& state) {
   if (!CpuHasBf16()) {
     state.SkipWithError("no AVX512-BF16 (or TANDEM_CPU_ISA=f32)");
@@ -238,6 +240,9 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
     const void* wp = w[next].data();
     if (path == 0) {
       internal::SmallBatchLinear(x.data(), m, wp, /*w_bf16=*/true, kN, kK, nullptr, y.data());
+    } else if (path == 4) {
+      internal::Bf16DotLinear(x.data(), m, static_cast<const uint16_t*>(wp), kN, kK, nullptr,
+                              y.data());
     } else if (path == 3) {
       internal::AmxLinear(x.data(), m, static_cast<const uint16_t*>(wp), kN, kK, nullptr,
                           y.data());
@@ -258,7 +263,7 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
   ReportRates(state, m, bytes);
 }
 BENCHMARK(BM_Bf16SmallBatchPaths)
-    ->ArgsProduct({{1, 2, 4, 8, 12, 16, 24, 32}, {0, 1, 2, 3}})
+    ->ArgsProduct({{1, 2, 4, 8, 12, 16, 24, 32}, {0, 1, 2, 3, 4}})
     ->ArgNames({"m", "path"})
     ->UseRealTime()
     ->MinTime(0.5);

@@ -16,6 +16,7 @@
 #include "common/dtype.h"
 #include "common/quant.h"
 #include "cpu_worker/ops/amx_linear.h"
+#include "cpu_worker/ops/bf16_dot_linear.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/onednn_matmul.h"
@@ -151,7 +152,7 @@ TEST(LinearTest, Bf16MatchesReference) {
       // kernel keeps them f32. Only f32 accumulation error remains.
       std::vector<float> x_used = x;
       if (s.m > internal::SmallBatchMaxRows(ComputeType::kBF16) ||
-          internal::Bf16UsesAmxKernel(s.m, s.k)) {
+          internal::Bf16UsesAmxKernel(s.m, s.k) || internal::Bf16UsesDotKernel(s.m)) {
         for (auto& v : x_used) v = Bf16ToF32(F32ToBf16(v));
       }
       ExpectClose(x_used, s.m, w_rounded, s.n, s.k, bias, y, 1e-5,
@@ -347,6 +348,35 @@ TEST(LinearTest, SmallBatchKernelsMatchReference) {
 // batch of a size class, whatever the other rows hold, through Linear as
 // the engine calls it (classes as linear.h lists them) and through both
 // small-batch kernel paths (any size).
+// The AVX512-BF16 dot-product kernel against the reference on the
+// activations rounded to bf16, for every m up to past the rows Linear sends
+// it, with and without bias. Runs wherever the CPU has AVX512-BF16, also
+// where Linear does not choose the kernel.
+TEST(LinearTest, Bf16DotKernelMatchesReference) {
+  if (!internal::Bf16DotKernelRuns()) GTEST_SKIP() << "no AVX512-BF16 here (or TANDEM_CPU_ISA)";
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  for (const auto& [n, k] : kKernelShapes) {
+    const TestWeight w = RandomWeight(rng, n, k);
+    const auto b = RandomVec(rng, n);
+    for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{6}, int64_t{7}, int64_t{13},
+                      int64_t{16}, int64_t{31}, int64_t{32}, int64_t{33}}) {
+      for (bool with_bias : {false, true}) {
+        const std::string what =
+            absl::StrCat("dot kernel m=", m, " n=", n, " k=", k, with_bias ? " bias" : "");
+        const auto x = RandomVec(rng, m * k);
+        std::vector<float> x_rounded = x;
+        for (auto& v : x_rounded) v = Bf16ToF32(F32ToBf16(v));
+        std::vector<float> y(static_cast<size_t>(m * n), NAN);
+        const float* bias = with_bias ? b.data() : nullptr;
+        internal::Bf16DotLinear(x.data(), m, w.bf16.data(), n, k, bias, y.data());
+        ExpectClose(x_rounded, m, w.f32, n, k, bias, y, 1e-5, what);
+      }
+    }
+  }
+}
+
 TEST(LinearTest, RowResultDoesNotDependOnBatch) {
   const uint32_t seed = FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed ", seed));
@@ -378,6 +408,12 @@ TEST(LinearTest, RowResultDoesNotDependOnBatch) {
              }});
       }
     }
+    if (internal::Bf16DotKernelRuns()) {
+      paths.push_back({"bf16 dot kernel", 1, internal::kBf16DotMaxRows + 3,
+                       [&w, &b, n, k](const float* x, int64_t m, float* y) {
+                         internal::Bf16DotLinear(x, m, w.bf16.data(), n, k, b.data(), y);
+                       }});
+    }
     for (const LinearWeight* lw : {&*lw32, &*lw16}) {
       const ComputeType t = lw->compute_type();
       const int64_t small = internal::SmallBatchMaxRows(t);
@@ -385,6 +421,9 @@ TEST(LinearTest, RowResultDoesNotDependOnBatch) {
       if (t == ComputeType::kBF16 && internal::Bf16UsesAmxKernel(2, k)) {
         // One row alone on the small-batch kernel, 2-32 on the AMX kernel.
         classes = {{1, 1}, {2, internal::kAmxMaxRows}};
+      } else if (t == ComputeType::kBF16 && internal::Bf16UsesDotKernel(2)) {
+        // One row alone on the small-batch kernel, 2-32 on the dot kernel.
+        classes = {{1, 1}, {2, internal::kBf16DotMaxRows}};
       } else if (t == ComputeType::kBF16 && internal::OnednnBf16UsesAmx()) {
         for (int64_t hi = 16; hi <= internal::kWeightAsSrcMaxRows; hi += 16) {
           classes.push_back({std::max(small + 1, hi - 15), hi});
