@@ -344,13 +344,9 @@ TEST(LinearTest, SmallBatchKernelsMatchReference) {
   }
 }
 
-// Batch invariance: a row of x gives the same bits at any position of any
-// batch of a size class, whatever the other rows hold, through Linear as
-// the engine calls it (classes as linear.h lists them) and through both
-// small-batch kernel paths (any size).
 // The AVX512-BF16 dot-product kernel against the reference on the
-// activations rounded to bf16, for every m up to past the rows Linear sends
-// it, with and without bias. Runs wherever the CPU has AVX512-BF16, also
+// activations rounded to bf16, for batches around its 6-row tile and up to
+// past the 32 rows Linear sends it, with and without bias. Runs wherever the CPU has AVX512-BF16, also
 // where Linear does not choose the kernel.
 TEST(LinearTest, Bf16DotKernelMatchesReference) {
   if (!internal::Bf16DotKernelRuns()) GTEST_SKIP() << "no AVX512-BF16 here (or TANDEM_CPU_ISA)";
@@ -377,6 +373,10 @@ TEST(LinearTest, Bf16DotKernelMatchesReference) {
   }
 }
 
+// Batch invariance: a row of x gives the same bits at any position of any
+// batch of a size class, whatever the other rows hold, through Linear as
+// the engine calls it (classes as linear.h lists them) and through both
+// small-batch kernel paths and the dot-product kernel (any size).
 TEST(LinearTest, RowResultDoesNotDependOnBatch) {
   const uint32_t seed = FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed ", seed));
