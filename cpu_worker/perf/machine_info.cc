@@ -75,12 +75,16 @@ int64_t ParseCacheSize(absl::string_view s) {
 }  // namespace
 
 int64_t L3BytesFromSysfs(const std::string& cache_dir) {
+  // The error_code forms throughout: a directory that vanishes or cannot be
+  // read ends the walk instead of throwing.
   std::error_code ec;
   int64_t best = 0;
-  for (const auto& e : std::filesystem::directory_iterator(cache_dir, ec)) {
-    if (!absl::StartsWith(e.path().filename().string(), "index")) continue;
-    if (ReadLine(e.path() / "level") != "3") continue;
-    best = std::max(best, ParseCacheSize(ReadLine(e.path() / "size")));
+  for (std::filesystem::directory_iterator it(cache_dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::filesystem::path& p = it->path();
+    if (!absl::StartsWith(p.filename().string(), "index")) continue;
+    if (ReadLine(p / "level") != "3") continue;
+    best = std::max(best, ParseCacheSize(ReadLine(p / "size")));
   }
   return best;
 }
