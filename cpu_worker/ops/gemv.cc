@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/intrinsics.h"
+#include "cpu_worker/ops/stream_prefetch.h"
 
 namespace tandem::ops::internal {
 namespace {
@@ -209,9 +210,9 @@ TANDEM_AVX512 void SplitChunkBf16(const float* x, int64_t m, int64_t k, int64_t 
 
 // Direct path: R weight rows x C rows of x in registers over all of k,
 // the weights widened in registers as they stream in. For a few rows of x.
-// The software prefetch (1 KiB ahead in each row) made a pass from DRAM
-// ~15% faster (m = 1, cold).
-template <int R, int C>
+// The software prefetch, 1 KiB ahead in each row into level L, made a pass
+// from DRAM ~15% faster (m = 1, cold; stream_prefetch.h for the level).
+template <int R, int C, PrefetchLevel L>
 TANDEM_AVX512 inline void DirectTileBf16(const float* xs, int64_t m, const uint16_t* w, int64_t n,
                                          int64_t k, const float* bias, int64_t i0, int64_t j0,
                                          float* y) {
@@ -228,7 +229,7 @@ TANDEM_AVX512 inline void DirectTileBf16(const float* xs, int64_t m, const uint1
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const uint16_t* p = w + (j0 + r) * k + ch * kChunk;
-      _mm_prefetch(reinterpret_cast<const char*>(p + 512), _MM_HINT_T0);
+      PrefetchLine<L>(p + 512);
       Widen(p, mask, &we[r], &wo[r]);
     }
     const float* xc = xs + (ch * m + i0) * kChunk;
@@ -247,33 +248,34 @@ TANDEM_AVX512 inline void DirectTileBf16(const float* xs, int64_t m, const uint1
   }
 }
 
-template <int R>
+template <int R, PrefetchLevel L>
 TANDEM_AVX512 inline void DirectRowsBf16(const float* xs, int64_t m, const uint16_t* w, int64_t n,
                                          int64_t k, const float* bias, int64_t j0, float* y) {
   switch (m) {
     case 4:
-      DirectTileBf16<R, 4>(xs, m, w, n, k, bias, 0, j0, y);
+      DirectTileBf16<R, 4, L>(xs, m, w, n, k, bias, 0, j0, y);
       break;
     case 3:
-      DirectTileBf16<R, 3>(xs, m, w, n, k, bias, 0, j0, y);
+      DirectTileBf16<R, 3, L>(xs, m, w, n, k, bias, 0, j0, y);
       break;
     case 2:
-      DirectTileBf16<R, 2>(xs, m, w, n, k, bias, 0, j0, y);
+      DirectTileBf16<R, 2, L>(xs, m, w, n, k, bias, 0, j0, y);
       break;
     default:
-      DirectTileBf16<R, 1>(xs, m, w, n, k, bias, 0, j0, y);
+      DirectTileBf16<R, 1, L>(xs, m, w, n, k, bias, 0, j0, y);
       break;
   }
 }
 
+template <PrefetchLevel L>
 TANDEM_AVX512 void DirectItemBf16(const float* xs, int64_t m, const uint16_t* w, int64_t n,
                                   int64_t k, const float* bias, int64_t n0, int64_t n1, float* y) {
   int64_t j = n0;
   if (m == 1) {
-    for (; j + 8 <= n1; j += 8) DirectTileBf16<8, 1>(xs, m, w, n, k, bias, 0, j, y);
+    for (; j + 8 <= n1; j += 8) DirectTileBf16<8, 1, L>(xs, m, w, n, k, bias, 0, j, y);
   }
-  for (; j + 4 <= n1; j += 4) DirectRowsBf16<4>(xs, m, w, n, k, bias, j, y);
-  for (; j < n1; ++j) DirectRowsBf16<1>(xs, m, w, n, k, bias, j, y);
+  for (; j + 4 <= n1; j += 4) DirectRowsBf16<4, L>(xs, m, w, n, k, bias, j, y);
+  for (; j < n1; ++j) DirectRowsBf16<1, L>(xs, m, w, n, k, bias, j, y);
 }
 
 // Blocked path, for more rows of x: the direct path would stream all of x
@@ -414,6 +416,7 @@ void LinearAvx512Bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, i
   const bool blocked = m > kDirectMaxRows;
   const int64_t item_rows = blocked ? kGroupRows : kDirectItemRows;
   const int64_t items = (n + item_rows - 1) / item_rows;
+  const bool l2 = StreamPrefetchLevel() == PrefetchLevel::kL2;
 #pragma omp parallel if (parallel)
   {
 #pragma omp for schedule(static)
@@ -425,14 +428,26 @@ void LinearAvx512Bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, i
       s.wb = AlignedScratch(scratch, kBlockChunks * kBlockTileRows * kChunk + kGroupRows * m * 16);
       s.accs = s.wb + kBlockChunks * kBlockTileRows * kChunk;
     }
+    if (blocked) {
+      // Static: each thread's next group is the one BlockItemBf16 prefetches.
 #pragma omp for schedule(static)
-    for (int64_t b = 0; b < items; ++b) {
-      const int64_t n0 = b * item_rows;
-      const int64_t n1 = std::min(n, n0 + item_rows);
-      if (blocked) {
-        BlockItemBf16(xs, m, w, n, k, bias, n0, n1 - n0, s, y);
-      } else {
-        DirectItemBf16(xs, m, w, n, k, bias, n0, n1, y);
+      for (int64_t b = 0; b < items; ++b) {
+        const int64_t n0 = b * kGroupRows;
+        BlockItemBf16(xs, m, w, n, k, bias, n0, std::min(n, n0 + kGroupRows) - n0, s, y);
+      }
+    } else {
+      // Dynamic: on a shared machine a thread that loses a time slice would
+      // otherwise hold the whole team at the barrier while the memory idles.
+      // Each output is still one item's, so the sums do not depend on it.
+#pragma omp for schedule(dynamic)
+      for (int64_t b = 0; b < items; ++b) {
+        const int64_t n0 = b * kDirectItemRows;
+        const int64_t n1 = std::min(n, n0 + kDirectItemRows);
+        if (l2) {
+          DirectItemBf16<PrefetchLevel::kL2>(xs, m, w, n, k, bias, n0, n1, y);
+        } else {
+          DirectItemBf16<PrefetchLevel::kL1>(xs, m, w, n, k, bias, n0, n1, y);
+        }
       }
     }
   }

@@ -20,6 +20,7 @@
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/onednn_matmul.h"
+#include "cpu_worker/ops/stream_prefetch.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -582,6 +583,43 @@ TEST(CpuFeaturesTest, Bf16FollowsHardwareAndEnvironment) {
     unsetenv("TANDEM_CPU_ISA");
   }
   EXPECT_EQ(CpuHasBf16(), f.avx512_bf16 && wide && saved != "f32");
+}
+
+// The GEMV kernels' prefetch level: TANDEM_PREFETCH when it names one, else
+// L2 on AMD and L1 elsewhere. (ctest runs the kernel tests again with each
+// value forced, so both instantiations of the kernels run on every host.)
+TEST(StreamPrefetchTest, FollowsVendorAndEnvironment) {
+  const char* env = std::getenv("TANDEM_PREFETCH");
+  const std::string v = env != nullptr ? env : "";
+  PrefetchLevel want = HostCpuFeatures().amd ? PrefetchLevel::kL2 : PrefetchLevel::kL1;
+  if (v == "l1") want = PrefetchLevel::kL1;
+  if (v == "l2") want = PrefetchLevel::kL2;
+  EXPECT_EQ(StreamPrefetchLevel(), want) << "TANDEM_PREFETCH=" << v;
+  EXPECT_STREQ(PrefetchLevelName(PrefetchLevel::kL1), "l1");
+  EXPECT_STREQ(PrefetchLevelName(PrefetchLevel::kL2), "l2");
+}
+
+// The bf16 kernel's direct path (1-4 rows of x, the one whose prefetch level
+// is chosen at run time) against the reference, with and without bias.
+TEST(StreamPrefetchTest, DirectBf16KernelMatchesReference) {
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed, " prefetch ", PrefetchLevelName(StreamPrefetchLevel())));
+  std::mt19937 rng(seed);
+  for (const auto& [n, k] : kKernelShapes) {
+    const TestWeight w = RandomWeight(rng, n, k);
+    const auto b = RandomVec(rng, n);
+    for (int64_t m = 1; m <= 4; ++m) {
+      const auto x = RandomVec(rng, m * k);
+      std::vector<float> y(static_cast<size_t>(m * n));
+      for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
+        std::fill(y.begin(), y.end(), NAN);
+        internal::SmallBatchLinear(x.data(), m, w.bf16.data(), /*w_bf16=*/true, n, k, bias,
+                                   y.data());
+        ExpectClose(x, m, w.f32, n, k, bias, y, 1e-5,
+                    absl::StrCat("m=", m, " n=", n, " k=", k, bias ? " bias" : ""));
+      }
+    }
+  }
 }
 
 }  // namespace

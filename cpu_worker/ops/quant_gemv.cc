@@ -213,10 +213,13 @@ void QuantLinear(const float* x, int64_t m, const void* w, DType t, int64_t n, i
 
   // Blocks of weight rows: enough blocks to balance the threads, each large
   // enough that its overhead is negligible; multiples of the kernels' 8 rows.
+  // Handed out dynamically, so that a thread that loses a time slice on a
+  // shared machine does not hold the others at the barrier (each output is
+  // one block's, so the sums do not depend on the schedule).
   constexpr int64_t kRows = 32;
   const int64_t blocks = (n + kRows - 1) / kRows;
   const bool parallel = n * k * std::min<int64_t>(m, 8) > (1 << 17);
-#pragma omp parallel for schedule(static) if (parallel)
+#pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t b = 0; b < blocks; ++b) {
     rows(task, b * kRows, std::min(n, (b + 1) * kRows));
   }

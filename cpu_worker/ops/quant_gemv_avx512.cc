@@ -9,6 +9,7 @@
 #include "common/quant.h"
 #include "cpu_worker/ops/dequant_bf16.h"
 #include "cpu_worker/ops/intrinsics.h"
+#include "cpu_worker/ops/stream_prefetch.h"
 
 namespace tandem::ops::internal::quant {
 namespace {
@@ -17,7 +18,8 @@ namespace {
 
 // Software prefetch distance into each weight row, in bytes: with R rows
 // streamed at once the hardware prefetchers alone left a cold (DRAM) pass
-// ~20% slower in linear_bench.
+// ~20% slower in linear_bench. Into the level L of the kernels' template
+// argument (stream_prefetch.h).
 constexpr int kPrefetch = 512;
 
 // Lane pattern of a pair's two blocks (see Act512) and where in Act512::xs
@@ -68,7 +70,7 @@ TANDEM_VNNI inline void LoadPair(const uint8_t* row, int64_t pair, __m512i& wv, 
 }
 
 // acc[r][c] += pair `g` of weight row j0 + r times pair `g` of x row i0 + c.
-template <DType T, int R, int C, bool kSingle>
+template <DType T, int R, int C, bool kSingle, PrefetchLevel L>
 TANDEM_VNNI inline void Step(const Task& t, const Act512* a0, int64_t j0, int64_t g,
                              __m512 (&acc)[R][C]) {
   __m512i wv[R];
@@ -76,8 +78,7 @@ TANDEM_VNNI inline void Step(const Task& t, const Act512* a0, int64_t j0, int64_
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     const uint8_t* row = t.w + (j0 + r) * t.row_bytes;
-    _mm_prefetch(reinterpret_cast<const char*>(row + g * 2 * sizeof(QuantBlock<T>) + kPrefetch),
-                 _MM_HINT_T0);
+    PrefetchLine<L>(row + g * 2 * sizeof(QuantBlock<T>) + kPrefetch);
     LoadPair<T, kSingle>(row, g, wv[r], d[r], m[r]);
   }
   // d_w * d_x per lane: for one row of x, the two products are formed
@@ -123,7 +124,7 @@ TANDEM_VNNI inline void Step(const Task& t, const Act512* a0, int64_t j0, int64_
 }
 
 // R weight rows from j0 against C rows of x from i0, over all of k.
-template <DType T, int R, int C>
+template <DType T, int R, int C, PrefetchLevel L>
 TANDEM_VNNI void Tile(const Task& t, int64_t j0, int64_t i0) {
   __m512 acc[R][C];
 #pragma GCC unroll 8
@@ -133,8 +134,8 @@ TANDEM_VNNI void Tile(const Task& t, int64_t j0, int64_t i0) {
   }
   const Act512* a0 = static_cast<const Act512*>(t.acts) + i0 * t.act_stride;
   const int64_t full = t.groups - (t.odd_blocks ? 1 : 0);
-  for (int64_t g = 0; g < full; ++g) Step<T, R, C, false>(t, a0, j0, g, acc);
-  if (t.odd_blocks) Step<T, R, C, true>(t, a0, j0, full, acc);
+  for (int64_t g = 0; g < full; ++g) Step<T, R, C, false, L>(t, a0, j0, g, acc);
+  if (t.odd_blocks) Step<T, R, C, true, L>(t, a0, j0, full, acc);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     const float b = t.bias != nullptr ? t.bias[j0 + r] : 0.0f;
@@ -145,19 +146,19 @@ TANDEM_VNNI void Tile(const Task& t, int64_t j0, int64_t i0) {
 
 // R weight rows from j0 against all m rows of x, C at a time: the R rows
 // (a few KiB) stay in L1 while the rows of x pass.
-template <DType T, int R>
+template <DType T, int R, PrefetchLevel L>
 TANDEM_VNNI void RowGroup(const Task& t, int64_t j0) {
   int64_t i = 0;
-  for (; i + 4 <= t.m; i += 4) Tile<T, R, 4>(t, j0, i);
+  for (; i + 4 <= t.m; i += 4) Tile<T, R, 4, L>(t, j0, i);
   switch (t.m - i) {
     case 3:
-      Tile<T, R, 3>(t, j0, i);
+      Tile<T, R, 3, L>(t, j0, i);
       break;
     case 2:
-      Tile<T, R, 2>(t, j0, i);
+      Tile<T, R, 2, L>(t, j0, i);
       break;
     case 1:
-      Tile<T, R, 1>(t, j0, i);
+      Tile<T, R, 1, L>(t, j0, i);
       break;
     default:
       break;
@@ -172,17 +173,17 @@ TANDEM_VNNI void RowGroup(const Task& t, int64_t j0) {
 constexpr int kR1 = 8;
 constexpr int kRFew = 4;
 
-template <DType T>
+template <DType T, PrefetchLevel L>
 TANDEM_VNNI void Rows(const Task& t, int64_t n0, int64_t n1) {
   int64_t j = n0;
   if (t.m == 1) {
-    for (; j + kR1 <= n1; j += kR1) Tile<T, kR1, 1>(t, j, 0);
+    for (; j + kR1 <= n1; j += kR1) Tile<T, kR1, 1, L>(t, j, 0);
   } else if (t.m <= 4) {
-    for (; j + kRFew <= n1; j += kRFew) RowGroup<T, kRFew>(t, j);
+    for (; j + kRFew <= n1; j += kRFew) RowGroup<T, kRFew, L>(t, j);
   } else {
-    for (; j + 2 <= n1; j += 2) RowGroup<T, 2>(t, j);
+    for (; j + 2 <= n1; j += 2) RowGroup<T, 2, L>(t, j);
   }
-  for (; j < n1; ++j) RowGroup<T, 1>(t, j);
+  for (; j < n1; ++j) RowGroup<T, 1, L>(t, j);
 }
 
 #define TANDEM_AVX512BF16 __attribute__((target(TANDEM_DEQUANT_BF16_TARGET)))
@@ -194,6 +195,20 @@ TANDEM_AVX512BF16 void DequantBf16(const uint8_t* src, int64_t row_bytes, int64_
     const auto* b = reinterpret_cast<const QuantBlock<T>*>(src + r * row_bytes);
     uint16_t* out = dst + r * k;
     for (int64_t i = 0; i < k / kBlock; ++i, ++b, out += kBlock) DequantBlockBf16<T>(b, out);
+  }
+}
+
+template <PrefetchLevel L>
+void RowsAt(const Task& t, int64_t n0, int64_t n1) {
+  switch (t.t) {
+    case DType::kQ8_0:
+      return Rows<DType::kQ8_0, L>(t, n0, n1);
+    case DType::kQ4_0:
+      return Rows<DType::kQ4_0, L>(t, n0, n1);
+    case DType::kQ4_1:
+      return Rows<DType::kQ4_1, L>(t, n0, n1);
+    default:
+      break;
   }
 }
 
@@ -214,16 +229,9 @@ void DequantRowsBf16Avx512(DType t, const uint8_t* src, int64_t row_bytes, int64
 }
 
 void RowsAvx512Vnni(const Task& t, int64_t n0, int64_t n1) {
-  switch (t.t) {
-    case DType::kQ8_0:
-      return Rows<DType::kQ8_0>(t, n0, n1);
-    case DType::kQ4_0:
-      return Rows<DType::kQ4_0>(t, n0, n1);
-    case DType::kQ4_1:
-      return Rows<DType::kQ4_1>(t, n0, n1);
-    default:
-      break;
-  }
+  static const bool l2 = StreamPrefetchLevel() == PrefetchLevel::kL2;
+  if (l2) return RowsAt<PrefetchLevel::kL2>(t, n0, n1);
+  RowsAt<PrefetchLevel::kL1>(t, n0, n1);
 }
 
 }  // namespace tandem::ops::internal::quant

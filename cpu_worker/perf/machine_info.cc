@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/linear.h"
+#include "cpu_worker/ops/stream_prefetch.h"
 
 namespace tandem::perf {
 namespace {
@@ -103,6 +104,7 @@ MachineInfo DescribeMachine() {
   m.probed_features = ops::CpuFeaturesString(ops::HostCpuFeatures());
   m.kernel_isa = ops::KernelIsaName(ops::MaxKernelIsa());
   m.bf16_gemm = ops::CpuHasBf16();
+  m.stream_prefetch = ops::PrefetchLevelName(ops::StreamPrefetchLevel());
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   m.omp_wait_policy = wait != nullptr ? wait : "";
   const char* spin = std::getenv("GOMP_SPINCOUNT");

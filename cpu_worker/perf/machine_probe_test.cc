@@ -62,6 +62,7 @@ TEST(MachineProbeTest, OverheadAndDescription) {
   EXPECT_GT(m.omp_threads, 0);
   EXPECT_GT(m.memory_bytes, 0);
   EXPECT_FALSE(m.kernel_isa.empty());
+  EXPECT_TRUE(m.stream_prefetch == "l1" || m.stream_prefetch == "l2") << m.stream_prefetch;
 }
 
 }  // namespace
