@@ -8,7 +8,9 @@
 #define TANDEM_CPU_WORKER_PERF_MACHINE_PROBE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -17,10 +19,38 @@ namespace tandem::perf {
 
 // GB/s (1e9 bytes) of a read-only sweep over a `bytes` buffer by all OpenMP
 // threads, each over its own contiguous part (placed by first touch from
-// the same thread) as eight concurrent sequential streams. One value per repeat, after `warmup`
-// sweeps; a repeat of a buffer swept in under 20 ms sweeps it for 20 ms and keeps the fastest sweep
-// (see the .cc). The buffer should be several times the last-level cache for a DRAM figure.
+// the same thread) as eight concurrent sequential streams, plain and (with
+// AVX-512) with software prefetch at the GEMV kernels' level
+// (stream_prefetch.h); each sweep counts the faster of the two. One value
+// per repeat, after `warmup` sweeps; a repeat of a buffer swept in under
+// 20 ms sweeps it for 20 ms and keeps the fastest sweep (see the .cc). The
+// buffer should be several times the last-level cache for a DRAM figure.
 absl::StatusOr<std::vector<double>> ReadBandwidthGbs(int64_t bytes, int warmup, int repeats);
+
+// ReadBandwidthGbs's buffer, kept for sampling again and again (`tandem
+// bench` samples the bandwidth around each figure).
+class ReadSweep {
+ public:
+  // Allocates and first-touches `bytes` (>= 64).
+  static absl::StatusOr<ReadSweep> Create(int64_t bytes);
+
+  // One GB/s value per repeat, after `warmup` sweeps, as ReadBandwidthGbs.
+  // `repeats` > 0, `warmup` >= 0.
+  std::vector<double> Measure(int warmup, int repeats) const;
+
+  int64_t bytes() const { return n_ * 8; }
+
+ private:
+  ReadSweep(std::unique_ptr<uint64_t[]> words, int64_t n) : words_(std::move(words)), n_(n) {}
+  void Sweep(bool prefetch) const;
+
+  std::unique_ptr<uint64_t[]> words_;
+  int64_t n_ = 0;
+};
+
+// How ReadBandwidthGbs reads on this host, for reports: "read sweep, all
+// threads, 8 streams each, plain or prefetched into l2".
+std::string ReadSweepDescription();
 
 // GB/s of a single-threaded memcpy of `bytes` (bytes copied per second):
 // what a host-to-"device" copy costs on the host device.

@@ -73,9 +73,10 @@ absl::StatusOr<Figure> AtContext(const ModelConfig& c, const Peaks& peaks,
       ops::AttendDecode(queries.data(), seqs, c.num_heads, kv, scale);
     }
   };
-  const std::vector<double> secs = perf::TimeRepeats(o.warmup, o.repeats, pass);
-
+  std::vector<double> secs;
   Figure f;
+  f.sampled_read_gbs = BetweenSamples(o.sample_read_gbs,
+                                      [&] { secs = perf::TimeRepeats(o.warmup, o.repeats, pass); });
   f.sequences = seqs;
   f.context = context;
   f.keys = static_cast<double>(keys);

@@ -69,7 +69,8 @@ void ExpectClose(double got, double want, const std::string& what) {
 void ExpectFigure(const json& f, const std::string& where, bool moe, const json& roofline) {
   for (const char* k :
        {"sequences", "tokens", "context", "keys", "tokens_per_s", "flops_per_unit",
-        "bytes_per_unit", "tokens_per_unit", "peak", "peak_gflops", "roofline_memory_s",
+        "bytes_per_unit", "tokens_per_unit", "peak", "peak_gflops", "read_gbs",
+        "read_gbs_source", "roofline_memory_s",
         "roofline_compute_s", "roofline_tokens_per_s", "fraction", "bound", "within_4x_l3"}) {
     EXPECT_TRUE(f.contains(k)) << where << " lacks " << k;
   }
@@ -78,11 +79,13 @@ void ExpectFigure(const json& f, const std::string& where, bool moe, const json&
     EXPECT_TRUE(f.contains("experts_source")) << where;
   }
   ExpectSummary(f["tokens_per_s"], where);
-  // The roofline of one unit: its bytes at the read bandwidth, its FLOPs at
-  // the figure's GEMM peak, whichever is slower.
+  // The roofline of one unit: its bytes at the read bandwidth sampled
+  // around it, its FLOPs at the figure's GEMM peak, whichever is slower.
   ExpectClose(f.value("peak_gflops", 0.0),
               roofline.value(f.value("peak", "") + "_gflops", 0.0), where + " peak");
-  const double mem_s = f.value("bytes_per_unit", 0.0) / (roofline.value("read_gbs", 0.0) * 1e9);
+  EXPECT_EQ(f.value("read_gbs_source", ""), "sampled") << where;
+  EXPECT_GT(f.value("read_gbs", 0.0), 0) << where;
+  const double mem_s = f.value("bytes_per_unit", 0.0) / (f.value("read_gbs", 0.0) * 1e9);
   const double compute_s = f.value("flops_per_unit", 0.0) / (f.value("peak_gflops", 0.0) * 1e9);
   ExpectClose(f.value("roofline_memory_s", 0.0), mem_s, where + " memory roofline");
   ExpectClose(f.value("roofline_compute_s", 0.0), compute_s, where + " compute roofline");
@@ -103,7 +106,8 @@ void ExpectReport(const json& j, bool moe) {
   }
   for (const char* k :
        {"cpu_model", "logical_cpus", "omp_threads", "memory_bytes", "l3_bytes", "probed_features",
-        "cpuinfo_flags", "kernel_isa", "bf16_gemm", "omp_wait_policy", "gomp_spincount"}) {
+        "cpuinfo_flags", "kernel_isa", "bf16_gemm", "stream_prefetch", "omp_wait_policy",
+        "gomp_spincount"}) {
     EXPECT_TRUE(j["machine"].contains(k)) << "machine lacks " << k;
   }
   ExpectSummary(j["peaks"]["read_bandwidth"]["gbs"], "read_bandwidth");

@@ -44,6 +44,8 @@ ordered_json FigureJson(const Figure& f, int64_t l3_bytes) {
   j["tokens_per_unit"] = f.unit_tokens;
   j["peak"] = PeakKindName(f.peak_kind);
   j["peak_gflops"] = f.peak_gflops;
+  j["read_gbs"] = f.read_gbs;
+  j["read_gbs_source"] = f.sampled_read_gbs > 0 ? "sampled" : "peak";
   j["roofline_memory_s"] = f.roofline.memory_seconds;
   j["roofline_compute_s"] = f.roofline.compute_seconds;
   j["roofline_tokens_per_s"] = f.roofline_rate;
@@ -84,10 +86,10 @@ std::string FigureRow(const std::string& label, const Figure& f, bool moe, int64
                                        : absl::StrFormat(" %4.2f %-5s", f.experts_per_layer,
                                                          f.experts_source.substr(0, 5));
   }
-  return absl::StrFormat("  %-22s %10.1f %10.1f %10.1f %11.1f %7.1f%%%s %-7s %9s %9s%s\n", label,
-                         f.rate.median, f.rate.min, f.rate.max, f.roofline_rate, 100 * f.fraction,
-                         CacheBound(f, l3_bytes) ? "*" : " ", f.roofline.bound(),
-                         Si(f.work.bytes, "B"), Si(f.work.flops, "F"), experts);
+  return absl::StrFormat("  %-22s %10.1f %10.1f %10.1f %11.1f %7.1f%%%s %-7s %6.1f %9s %9s%s\n",
+                         label, f.rate.median, f.rate.min, f.rate.max, f.roofline_rate,
+                         100 * f.fraction, CacheBound(f, l3_bytes) ? "*" : " ", f.roofline.bound(),
+                         f.read_gbs, Si(f.work.bytes, "B"), Si(f.work.flops, "F"), experts);
 }
 
 }  // namespace
@@ -99,8 +101,8 @@ ordered_json ReportJson(const BenchReport& r) {
                   {"omp_threads", m.omp_threads},     {"memory_bytes", m.memory_bytes},
                   {"l3_bytes", m.l3_bytes},           {"probed_features", m.probed_features},
                   {"cpuinfo_flags", m.cpuinfo_flags}, {"kernel_isa", m.kernel_isa},
-                  {"bf16_gemm", m.bf16_gemm},         {"omp_wait_policy", m.omp_wait_policy},
-                  {"gomp_spincount", m.gomp_spincount}};
+                  {"bf16_gemm", m.bf16_gemm},         {"stream_prefetch", m.stream_prefetch},
+                  {"omp_wait_policy", m.omp_wait_policy}, {"gomp_spincount", m.gomp_spincount}};
   j["settings"] = {{"repeats", r.repeats}, {"warmup", r.warmup}};
   j["peaks"] = {{"read_bandwidth", PeakJson(r.bandwidth, "gbs")},
                 {"read_bandwidth_after", PeakJson(r.bandwidth_after, "gbs")},
@@ -152,8 +154,10 @@ std::string ReportTable(const BenchReport& r) {
       &s, "Machine: %s, %d logical CPUs, %d OpenMP threads, %.1f GiB, L3 %d MiB\n",
       m.cpu_model.empty() ? "unknown CPU" : m.cpu_model, m.logical_cpus, m.omp_threads,
       static_cast<double>(m.memory_bytes) / (1 << 30), m.l3_bytes >> 20);
-  absl::StrAppendFormat(&s, "  kernels: %s; bf16 GEMM: %s; OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s\n",
-                        m.kernel_isa, m.bf16_gemm ? "yes" : "no",
+  absl::StrAppendFormat(&s,
+                        "  kernels: %s; bf16 GEMM: %s; GEMV prefetch into %s; OMP_WAIT_POLICY=%s "
+                        "GOMP_SPINCOUNT=%s\n",
+                        m.kernel_isa, m.bf16_gemm ? "yes" : "no", m.stream_prefetch,
                         m.omp_wait_policy.empty() ? "(unset)" : m.omp_wait_policy,
                         m.gomp_spincount.empty() ? "(unset)" : m.gomp_spincount);
   absl::StrAppendFormat(&s, "  cpuinfo: %s\n", absl::StrJoin(m.cpuinfo_flags, " "));
@@ -166,7 +170,8 @@ std::string ReportTable(const BenchReport& r) {
   s += PeakLine("GEMM int8", r.gemm_int8, "GFLOP/s");
   absl::StrAppendFormat(&s,
                         "  rooflines use the best run of each: %.1f GB/s; f32 %.1f, bf16 %.1f, "
-                        "int8 %.1f GFLOP/s\n",
+                        "int8 %.1f GFLOP/s; a figure's bandwidth sampled around it (GB/s "
+                        "column) replaces the first\n",
                         r.roofline.read_gbs, r.roofline.f32_gflops, r.roofline.bf16_gflops,
                         r.roofline.int8_gflops);
 
@@ -200,10 +205,10 @@ std::string ReportTable(const BenchReport& r) {
       Si(static_cast<double>(k.kv_bytes_per_token), "B"));
 
   s += "\nFigures: tokens/s (median, min, max); roofline = slower of bytes/bandwidth and "
-       "FLOPs/peak per unit\n";
-  absl::StrAppendFormat(&s, "  %-22s %10s %10s %10s %11s %8s  %-7s %9s %9s%s\n", "figure", "median",
-                        "min", "max", "roofline", "fraction", "bound", "bytes/u", "FLOPs/u",
-                        moe ? " experts/layer" : "");
+       "FLOPs/peak per unit; GB/s = the read bandwidth its roofline uses\n";
+  absl::StrAppendFormat(&s, "  %-22s %10s %10s %10s %11s %8s  %-7s %6s %9s %9s%s\n", "figure",
+                        "median", "min", "max", "roofline", "fraction", "bound", "GB/s", "bytes/u",
+                        "FLOPs/u", moe ? " experts/layer" : "");
   for (const Figure& f : r.engine.pp) {
     s += FigureRow(absl::StrCat("pp N=", f.tokens), f, moe, m.l3_bytes);
   }

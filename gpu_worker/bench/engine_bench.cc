@@ -51,6 +51,15 @@ absl::StatusOr<std::vector<double>> Runs(int warmup, int repeats,
   return s;
 }
 
+// Runs, between two bandwidth samples kept in `*read_gbs`.
+absl::StatusOr<std::vector<double>> SampledRuns(
+    const EngineBenchOptions& o, const std::function<absl::StatusOr<double>()>& run,
+    double* read_gbs) {
+  absl::StatusOr<std::vector<double>> secs;
+  *read_gbs = BetweenSamples(o.sample_read_gbs, [&] { secs = Runs(o.warmup, o.repeats, run); });
+  return secs;
+}
+
 bool Quantized(const ModelCosts& c) {
   return c.weight_storage != "f32" && c.weight_storage != "bf16";
 }
@@ -107,10 +116,10 @@ absl::StatusOr<Figure> Prefill(Engine& engine, ExpertUsage* usage, const ModelCo
     ++units;
     return s;
   };
-  absl::StatusOr<std::vector<double>> secs = Runs(o.warmup, o.repeats, run);
+  Figure f;
+  absl::StatusOr<std::vector<double>> secs = SampledRuns(o, run, &f.sampled_read_gbs);
   engine.FreeSequence(kPpSeq);
   if (!secs.ok()) return secs.status();
-  Figure f;
   f.tokens = n;
   f.unit_tokens = static_cast<double>(n);
   f.rate = perf::Summarize(perf::Rates(static_cast<double>(n), *secs));
@@ -136,8 +145,8 @@ absl::StatusOr<Figure> Generation(Engine& engine, const ModelCosts& costs, const
     }
     return std::max(1e-9, r.decode_seconds);
   };
-  TANDEM_ASSIGN_OR_RETURN(std::vector<double> secs, Runs(o.warmup, o.repeats, run));
   Figure f;
+  TANDEM_ASSIGN_OR_RETURN(std::vector<double> secs, SampledRuns(o, run, &f.sampled_read_gbs));
   f.tokens = o.tg_tokens;
   f.context = o.context;
   // decode_seconds holds tg_tokens samplings and tg_tokens - 1 engine
@@ -206,8 +215,8 @@ absl::StatusOr<Figure> Decode(Engine& engine, ExpertUsage* usage, const ModelCos
     units += o.decode_steps;
     return s;
   };
-  TANDEM_ASSIGN_OR_RETURN(std::vector<double> secs, Runs(o.warmup, o.repeats, run));
   Figure f;
+  TANDEM_ASSIGN_OR_RETURN(std::vector<double> secs, SampledRuns(o, run, &f.sampled_read_gbs));
   f.sequences = b;
   f.context = o.context;
   f.keys = static_cast<double>(o.context + 1);

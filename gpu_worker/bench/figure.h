@@ -3,7 +3,9 @@
 #ifndef TANDEM_GPU_WORKER_BENCH_FIGURE_H_
 #define TANDEM_GPU_WORKER_BENCH_FIGURE_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "cpu_worker/perf/timing.h"
@@ -21,6 +23,23 @@ struct Peaks {
   double bf16_gflops = 0;
   double int8_gflops = 0;
 };
+
+// Samples the machine's read bandwidth now, in GB/s (a short sweep). The
+// memory roofline of a figure is drawn with the bandwidth sampled just
+// before and after its runs: on a shared VM the bandwidth the memory
+// delivers moved between 25 and 46 GB/s from one minute to the next, so a
+// figure held against a sweep taken minutes earlier said more about the
+// neighbours than about the code. Empty: the run's peak is used.
+using BandwidthSampler = std::function<double()>;
+
+// Runs `measure` between two samples of `sampler` and returns the better
+// sample (0 if `sampler` is empty).
+template <typename F>
+double BetweenSamples(const BandwidthSampler& sampler, F&& measure) {
+  const double before = sampler ? sampler() : 0;
+  measure();
+  return std::max(before, sampler ? sampler() : 0);
+}
 
 // Which GEMM peak bounds a figure's compute: the kernels its weights take.
 enum class PeakKind { kF32, kBF16, kInt8 };
@@ -53,6 +72,8 @@ struct Figure {
   double unit_tokens = 0;               // tokens one unit produces
   PeakKind peak_kind = PeakKind::kF32;  // which GEMM peak bounds its compute
   double peak_gflops = 0;               // the compute peak the figure is held against
+  double sampled_read_gbs = 0;          // the better bandwidth sample around its runs (0: none)
+  double read_gbs = 0;                  // the bandwidth its memory roofline is drawn with
   Roofline roofline;                    // of one unit
   double roofline_rate = 0;             // tokens/s at the roofline
   double fraction = 0;                  // rate.median / roofline_rate
@@ -64,11 +85,13 @@ struct Figure {
   std::string experts_source;
 };
 
-// Fills peak_gflops, roofline, roofline_rate and fraction from work,
-// unit_tokens, peak_kind and rate.
+// Fills read_gbs, peak_gflops, roofline, roofline_rate and fraction from
+// work, unit_tokens, peak_kind, rate and sampled_read_gbs (the bandwidth
+// sampled around the figure where there is one, else the peak's).
 inline void Score(Figure& f, const Peaks& peaks) {
+  f.read_gbs = f.sampled_read_gbs > 0 ? f.sampled_read_gbs : peaks.read_gbs;
   f.peak_gflops = PeakOf(peaks, f.peak_kind);
-  f.roofline = RooflineOf(f.work, peaks.read_gbs, f.peak_gflops);
+  f.roofline = RooflineOf(f.work, f.read_gbs, f.peak_gflops);
   const double s = f.roofline.seconds();
   f.roofline_rate = s > 0 ? f.unit_tokens / s : 0;
   f.fraction = f.roofline_rate > 0 ? f.rate.median / f.roofline_rate : 0;
