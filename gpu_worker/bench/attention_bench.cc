@@ -73,10 +73,15 @@ absl::StatusOr<Figure> AtContext(const ModelConfig& c, const Peaks& peaks,
       ops::AttendDecode(queries.data(), seqs, c.num_heads, kv, scale);
     }
   };
+  for (int i = 0; i < o.warmup; ++i) pass();
   std::vector<double> secs;
+  RunSamples samples(o.sample_read_gbs);
+  for (int i = 0; i < o.repeats; ++i) {
+    secs.push_back(perf::TimeRepeats(0, 1, pass)[0]);
+    samples.AfterRun();
+  }
   Figure f;
-  f.sampled_read_gbs = BetweenSamples(o.sample_read_gbs,
-                                      [&] { secs = perf::TimeRepeats(o.warmup, o.repeats, pass); });
+  f.sampled_read_gbs = samples.Median();
   f.sequences = seqs;
   f.context = context;
   f.keys = static_cast<double>(keys);

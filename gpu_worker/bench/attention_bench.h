@@ -24,7 +24,7 @@ struct AttentionBenchOptions {
   int64_t max_sequences = 256;
   int warmup = 1;
   int repeats = 5;
-  BandwidthSampler sample_read_gbs;  // sampled around each figure (figure.h); may be empty
+  BandwidthSampler sample_read_gbs;  // sampled after each timed run (figure.h); may be empty
 };
 
 // Shapes (layers, heads, kv heads, head_dim) from `config`. Figure.rate is

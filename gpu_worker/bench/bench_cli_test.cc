@@ -80,7 +80,7 @@ void ExpectFigure(const json& f, const std::string& where, bool moe, const json&
   }
   ExpectSummary(f["tokens_per_s"], where);
   // The roofline of one unit: its bytes at the read bandwidth sampled
-  // around it, its FLOPs at the figure's GEMM peak, whichever is slower.
+  // after it, its FLOPs at the figure's GEMM peak, whichever is slower.
   ExpectClose(f.value("peak_gflops", 0.0),
               roofline.value(f.value("peak", "") + "_gflops", 0.0), where + " peak");
   EXPECT_EQ(f.value("read_gbs_source", ""), "sampled") << where;

@@ -170,8 +170,8 @@ std::string ReportTable(const BenchReport& r) {
   s += PeakLine("GEMM int8", r.gemm_int8, "GFLOP/s");
   absl::StrAppendFormat(&s,
                         "  rooflines use the best run of each: %.1f GB/s; f32 %.1f, bf16 %.1f, "
-                        "int8 %.1f GFLOP/s; a figure's bandwidth sampled around it (GB/s "
-                        "column) replaces the first\n",
+                        "int8 %.1f GFLOP/s; the bandwidth sampled after each figure's runs "
+                        "(GB/s column) replaces the first\n",
                         r.roofline.read_gbs, r.roofline.f32_gflops, r.roofline.bf16_gflops,
                         r.roofline.int8_gflops);
 

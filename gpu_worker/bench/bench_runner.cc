@@ -95,17 +95,16 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   // been measured a second time, after them.
   const Peaks peaks{r.bandwidth.value.max, r.gemm_f32.value.max, r.gemm_bf16.value.max,
                     r.gemm_int8.value.max};
-  // The bandwidth is sampled again around every figure (figure.h), from a
-  // smaller buffer kept for the run: 8x the L3 at least, so a DRAM figure
-  // (on the AMD EPYC VM, 32 MiB L3, sweeps of 64 and 128 MiB read 25% and
-  // 8% faster than 1 GiB, 256 MiB the same). A sample is the median of a
-  // few repeats, as the figures are medians: the best of many 10 ms sweeps
-  // caught bursts that no figure of seconds could be held to.
+  // The bandwidth is sampled again after every timed run of every figure
+  // (figure.h), from a smaller buffer kept for the run: 8x the L3 at least,
+  // so a DRAM figure (on the AMD EPYC VM, 32 MiB L3, sweeps of 64 and 128
+  // MiB read 25% and 8% faster than 1 GiB, 256 MiB the same). A sample is
+  // one repeat (20 ms of sweeps, the fastest), close to the run it follows.
   const int64_t sample_bytes = std::min(
       o.bandwidth_bytes, std::max(kSampleBytes, 8 * static_cast<int64_t>(r.machine.l3_bytes)));
   TANDEM_ASSIGN_OR_RETURN(perf::ReadSweep sampler, perf::ReadSweep::Create(sample_bytes));
   o.engine.sample_read_gbs = o.attention.sample_read_gbs = [&sampler] {
-    return perf::Summarize(sampler.Measure(/*warmup=*/1, /*repeats=*/5)).median;
+    return sampler.Measure(/*warmup=*/0, /*repeats=*/1)[0];
   };
 
   // Declared before the engine: the files go only after the engine that

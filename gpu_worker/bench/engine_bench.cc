@@ -38,26 +38,22 @@ double Seconds(Clock::time_point t0) {
   return std::max(1e-9, std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
-// `warmup` untimed, then `repeats` timed runs; each run reports its own
-// seconds, so setup inside it (freeing a sequence) stays out of the time.
-absl::StatusOr<std::vector<double>> Runs(int warmup, int repeats,
-                                         const std::function<absl::StatusOr<double>()>& run) {
-  for (int i = 0; i < warmup; ++i) TANDEM_RETURN_IF_ERROR(run().status());
-  std::vector<double> s;
-  for (int i = 0; i < repeats; ++i) {
-    TANDEM_ASSIGN_OR_RETURN(double t, run());
-    s.push_back(t);
-  }
-  return s;
-}
-
-// Runs, between two bandwidth samples kept in `*read_gbs`.
+// `warmup` untimed, then `repeats` timed runs, each followed by a bandwidth
+// sample (figure.h) whose median goes to `*read_gbs`. Each run reports its
+// own seconds, so setup inside it (freeing a sequence) stays out of the time.
 absl::StatusOr<std::vector<double>> SampledRuns(
     const EngineBenchOptions& o, const std::function<absl::StatusOr<double>()>& run,
     double* read_gbs) {
-  absl::StatusOr<std::vector<double>> secs;
-  *read_gbs = BetweenSamples(o.sample_read_gbs, [&] { secs = Runs(o.warmup, o.repeats, run); });
-  return secs;
+  for (int i = 0; i < o.warmup; ++i) TANDEM_RETURN_IF_ERROR(run().status());
+  std::vector<double> s;
+  RunSamples samples(o.sample_read_gbs);
+  for (int i = 0; i < o.repeats; ++i) {
+    TANDEM_ASSIGN_OR_RETURN(double t, run());
+    s.push_back(t);
+    samples.AfterRun();
+  }
+  *read_gbs = samples.Median();
+  return s;
 }
 
 bool Quantized(const ModelCosts& c) {

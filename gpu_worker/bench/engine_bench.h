@@ -27,7 +27,7 @@ struct EngineBenchOptions {
   int64_t decode_steps = 8;  // steps per timed batched-decode run
   int warmup = 1;
   int repeats = 5;
-  BandwidthSampler sample_read_gbs;  // sampled around each figure (figure.h); may be empty
+  BandwidthSampler sample_read_gbs;  // sampled after each timed run (figure.h); may be empty
 };
 
 // Checks sizes (positive, tg_tokens >= 2, ...): InvalidArgument otherwise.

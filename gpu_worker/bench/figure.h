@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "cpu_worker/perf/timing.h"
 #include "gpu_worker/bench/model_costs.h"
@@ -25,21 +26,38 @@ struct Peaks {
 };
 
 // Samples the machine's read bandwidth now, in GB/s (a short sweep). The
-// memory roofline of a figure is drawn with the bandwidth sampled just
-// before and after its runs: on a shared VM the bandwidth the memory
-// delivers moved between 25 and 46 GB/s from one minute to the next, so a
-// figure held against a sweep taken minutes earlier said more about the
-// neighbours than about the code. Empty: the run's peak is used.
+// memory roofline of a figure is drawn with the median of samples taken
+// right after each of its timed runs, as its rate is the median of those
+// runs. On the AMD EPYC VM both the sweep and the engine's decode rate moved
+// by a quarter from one second to the next (sweeps of 31 and 58 GB/s a few
+// seconds apart), so a figure held against a sweep taken minutes earlier,
+// at the start of the bench, came out between 56% and 103% of its roofline
+// for the same code. Empty: the run's peak is used.
 using BandwidthSampler = std::function<double()>;
 
-// Runs `measure` between two samples of `sampler` and returns the better
-// sample (0 if `sampler` is empty).
-template <typename F>
-double BetweenSamples(const BandwidthSampler& sampler, F&& measure) {
-  const double before = sampler ? sampler() : 0;
-  measure();
-  return std::max(before, sampler ? sampler() : 0);
-}
+// The samples of one figure: one after each timed run.
+class RunSamples {
+ public:
+  explicit RunSamples(const BandwidthSampler& sampler) : sampler_(sampler) {}
+
+  // Call right after a timed run.
+  void AfterRun() {
+    if (sampler_) samples_.push_back(sampler_());
+  }
+
+  // Median of the samples, 0 if none was taken.
+  double Median() const {
+    if (samples_.empty()) return 0;
+    std::vector<double> s = samples_;
+    std::sort(s.begin(), s.end());
+    const size_t n = s.size();
+    return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  }
+
+ private:
+  const BandwidthSampler& sampler_;
+  std::vector<double> samples_;
+};
 
 // Which GEMM peak bounds a figure's compute: the kernels its weights take.
 enum class PeakKind { kF32, kBF16, kInt8 };
@@ -72,7 +90,7 @@ struct Figure {
   double unit_tokens = 0;               // tokens one unit produces
   PeakKind peak_kind = PeakKind::kF32;  // which GEMM peak bounds its compute
   double peak_gflops = 0;               // the compute peak the figure is held against
-  double sampled_read_gbs = 0;          // the better bandwidth sample around its runs (0: none)
+  double sampled_read_gbs = 0;          // median bandwidth sampled after its runs (0: none)
   double read_gbs = 0;                  // the bandwidth its memory roofline is drawn with
   Roofline roofline;                    // of one unit
   double roofline_rate = 0;             // tokens/s at the roofline
@@ -87,7 +105,7 @@ struct Figure {
 
 // Fills read_gbs, peak_gflops, roofline, roofline_rate and fraction from
 // work, unit_tokens, peak_kind, rate and sampled_read_gbs (the bandwidth
-// sampled around the figure where there is one, else the peak's).
+// sampled after the figure's runs where there is one, else the peak's).
 inline void Score(Figure& f, const Peaks& peaks) {
   f.read_gbs = f.sampled_read_gbs > 0 ? f.sampled_read_gbs : peaks.read_gbs;
   f.peak_gflops = PeakOf(peaks, f.peak_kind);
