@@ -3,7 +3,9 @@
 // The level matters more than the distance: on an Emerald Rapids VM lines
 // fetched 1 KiB ahead into L1 made a cold pass ~15% faster, while on an AMD
 // EPYC (Zen 4) VM the same prefetch into L1 read 15% below the plain read
-// sweep and into L2 matched it (docs/PERFORMANCE.md).
+// sweep and into L2 matched it (docs/PERFORMANCE.md). The AVX-512 kernels
+// (bf16 direct path, quantized VNNI rows) take the level; the AVX2 quantized
+// kernel keeps L1, as L2 measured the same for it there.
 #ifndef TANDEM_CPU_WORKER_OPS_STREAM_PREFETCH_H_
 #define TANDEM_CPU_WORKER_OPS_STREAM_PREFETCH_H_
 
