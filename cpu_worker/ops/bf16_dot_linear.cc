@@ -6,8 +6,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/dtype.h"
+#include "common/status_macros.h"
 #include "cpu_worker/ops/intrinsics.h"
 #include "cpu_worker/ops/linear.h"
+#include "cpu_worker/ops/quant_gemv_kernels.h"
 
 namespace tandem::ops::internal {
 namespace {
@@ -116,32 +119,67 @@ void Columns(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t
   }
 }
 
+// x as ToBf16Blocks writes it, in this thread's buffer (read by all the
+// OpenMP threads of the caller's next parallel region).
+const uint16_t* XBlocks(const float* x, int64_t m, int64_t k) {
+  thread_local std::vector<uint16_t> xb;
+  const int64_t padded = m * ((k + 31) / 32 * 32);
+  if (static_cast<int64_t>(xb.size()) < padded) xb.resize(static_cast<size_t>(padded));
+  ToBf16Blocks(x, m, k, xb.data());
+  return xb.data();
+}
+
+// Output columns [j0, end) of all m rows; `w` holds weight row j0 onwards.
+void Item(const uint16_t* xp, int64_t m, const uint16_t* w, int64_t j0, int64_t end, int64_t k,
+          int64_t n, const float* bias, float* y) {
+  int64_t j = j0;
+  for (; j + kCols <= end; j += kCols) {
+    Columns<kCols>(xp, m, w + (j - j0) * k, k, n, bias != nullptr ? bias + j : nullptr, y + j);
+  }
+  const float* b = bias != nullptr ? bias + j : nullptr;
+  const uint16_t* wj = w + (j - j0) * k;
+  switch (end - j) {
+    case 1: Columns<1>(xp, m, wj, k, n, b, y + j); break;
+    case 2: Columns<2>(xp, m, wj, k, n, b, y + j); break;
+    case 3: Columns<3>(xp, m, wj, k, n, b, y + j); break;
+    default: break;
+  }
+}
+
 }  // namespace
 
 bool Bf16DotKernelRuns() { return CpuHasBf16(); }
 
 void Bf16DotLinear(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k,
                    const float* bias, float* y) {
-  thread_local std::vector<uint16_t> xb;
-  const int64_t padded = m * ((k + 31) / 32 * 32);
-  if (static_cast<int64_t>(xb.size()) < padded) xb.resize(static_cast<size_t>(padded));
-  ToBf16Blocks(x, m, k, xb.data());
-  const uint16_t* xp = xb.data();
+  const uint16_t* xp = XBlocks(x, m, k);
   const int64_t items = (n + kColsPerItem - 1) / kColsPerItem;
 #pragma omp parallel for schedule(static) if (items > 1 && n * k > 65536)
   for (int64_t it = 0; it < items; ++it) {
-    const int64_t end = std::min(n, (it + 1) * kColsPerItem);
-    int64_t j = it * kColsPerItem;
-    for (; j + kCols <= end; j += kCols) {
-      Columns<kCols>(xp, m, w + j * k, k, n, bias != nullptr ? bias + j : nullptr, y + j);
+    const int64_t j0 = it * kColsPerItem;
+    Item(xp, m, w + j0 * k, j0, std::min(n, j0 + kColsPerItem), k, n, bias, y);
+  }
+}
+
+void QuantDotLinear(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
+                    const float* bias, float* y) {
+  TANDEM_CHECK(DTypeIsQuantized(t) && k % 32 == 0);
+  const uint16_t* xp = XBlocks(x, m, k);
+  const int64_t row_bytes = k / 32 * DTypeBlockBytes(t);
+  const auto* blocks = static_cast<const uint8_t*>(w);
+  const int64_t items = (n + kColsPerItem - 1) / kColsPerItem;
+#pragma omp parallel for schedule(static) if (items > 1 && n * k > 65536)
+  for (int64_t it = 0; it < items; ++it) {
+    // This worker's rows in bf16: kColsPerItem x k (128 KiB at k = 4096,
+    // in L2 while every tile pass re-reads them).
+    thread_local std::vector<uint16_t> rows;
+    if (static_cast<int64_t>(rows.size()) < kColsPerItem * k) {
+      rows.resize(static_cast<size_t>(kColsPerItem * k));
     }
-    const float* b = bias != nullptr ? bias + j : nullptr;
-    switch (end - j) {
-      case 1: Columns<1>(xp, m, w + j * k, k, n, b, y + j); break;
-      case 2: Columns<2>(xp, m, w + j * k, k, n, b, y + j); break;
-      case 3: Columns<3>(xp, m, w + j * k, k, n, b, y + j); break;
-      default: break;
-    }
+    const int64_t j0 = it * kColsPerItem;
+    const int64_t end = std::min(n, j0 + kColsPerItem);
+    quant::DequantRowsBf16Avx512(t, blocks + j0 * row_bytes, row_bytes, end - j0, k, rows.data());
+    Item(xp, m, rows.data(), j0, end, k, n, bias, y);
   }
 }
 

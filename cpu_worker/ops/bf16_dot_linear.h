@@ -21,6 +21,8 @@
 
 #include <cstdint>
 
+#include "common/dtype.h"
+
 namespace tandem::ops::internal {
 
 // The most rows Linear sends here; larger batches go to oneDNN.
@@ -35,6 +37,13 @@ bool Bf16DotKernelRuns();
 // Requires Bf16DotKernelRuns().
 void Bf16DotLinear(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k,
                    const float* bias, float* y);
+
+// The same on GGUF blocks (Q8_0, Q4_0, Q4_1; k a multiple of 32): each work
+// item dequantizes its weight rows to bf16 into a thread-local buffer (as
+// the AMX kernel does) and runs the tiles on them; the results are those of
+// Bf16DotLinear on the dequantized weight. Requires Bf16DotKernelRuns().
+void QuantDotLinear(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
+                    const float* bias, float* y);
 
 }  // namespace tandem::ops::internal
 

@@ -135,6 +135,8 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
       internal::QuantLinear(x, m, w.data(), t, w.rows(), w.cols(), bias, y, MaxKernelIsa());
     } else if (internal::QuantUsesAmxKernel(m, w.cols())) {
       internal::AmxQuantLinear(x, m, w.data(), t, w.rows(), w.cols(), bias, y);
+    } else if (internal::QuantUsesDotKernel(m)) {
+      internal::QuantDotLinear(x, m, w.data(), t, w.rows(), w.cols(), bias, y);
     } else {
       internal::QuantLinearViaGemm(x, m, w.data(), t, w.rows(), w.cols(), bias, y);
     }
@@ -227,6 +229,8 @@ bool Bf16UsesDotKernel(int64_t m) {
 bool QuantUsesAmxKernel(int64_t m, int64_t k) {
   return !QuantLinearUsesGemv(m) && AmxLinearFits(m, k) && AmxUsable();
 }
+
+bool QuantUsesDotKernel(int64_t m) { return !QuantLinearUsesGemv(m) && Bf16UsesDotKernel(m); }
 
 int64_t OnednnRows(int64_t m) {
   TANDEM_CHECK(m > 0);

@@ -138,6 +138,10 @@ bool Bf16UsesDotKernel(int64_t m);
 // AMX kernel (AmxQuantLinear): the batches above the int8 kernel's
 // (QuantLinearUsesGemv) up to kAmxMaxRows rows, where AMX is usable.
 bool QuantUsesAmxKernel(int64_t m, int64_t k);
+// True if a quantized Linear of m rows runs on the dot-product kernel on
+// dequantized rows (QuantDotLinear): the batches above the int8 kernel's up
+// to kBf16DotMaxRows where Bf16UsesDotKernel holds (AMD without AMX).
+bool QuantUsesDotKernel(int64_t m);
 // The rows a bf16 oneDNN GEMM of m rows runs with: m rounded up to a
 // multiple of max(16, 2^floor(log2 m) / 8), so that prefill and MoE expert
 // batches of every size share a few primitives per octave (creating one
