@@ -18,7 +18,10 @@
 // (bf16_dot_linear.h, Bf16UsesDotKernel). Larger bf16 batches round activations to bf16 and run on
 // oneDNN's AVX512-BF16/AMX kernels (f32 accumulation either way): up to
 // internal::kWeightAsSrcMaxRows rows on AMX with the weight as oneDNN's
-// source operand (read in place), above that as a normal GEMM.
+// source operand (read in place), above that as a normal GEMM. Quantized
+// batches above the int8 kernel's rows and up to 32 dequantize rows to bf16
+// for the AMX kernel where it is usable (QuantUsesAmxKernel), for the
+// dot-product kernel on AMD (QuantUsesDotKernel), else panels for oneDNN.
 //
 // Batch invariance: a row's result is the same bits whatever else shares
 // the call, for batches of up to SmallBatchMaxRows rows (4 with AMX, else
