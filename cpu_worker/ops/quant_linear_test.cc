@@ -276,42 +276,14 @@ TEST_P(QuantLinearTest, GemmPathPanels) {
   }
 }
 
-// The AMX kernel on dequantized rows (AmxQuantLinear) directly: n with a
+// A kernel on dequantized rows (AMX, dot product) called directly: n with a
 // partial last item, a lone partial tile and whole items, against the
 // reference on the operands as rounded to bf16; and a row's result is the
 // same bits in every batch of 1-32 rows.
-TEST_P(QuantLinearTest, AmxKernelOnDequantizedRows) {
-  if (!internal::AmxUsable()) GTEST_SKIP() << "AMX is not usable on this machine";
-  const DType t = GetParam();
-  const uint32_t seed = FreshSeed();
-  SCOPED_TRACE(absl::StrCat("seed ", seed, " dtype ", std::string(DTypeName(t))));
-  std::mt19937 rng(seed);
-  for (const Shape& s : {Shape{32, 45, 352}, Shape{32, 7, 96}, Shape{32, 64, 1056},
-                         Shape{32, 33, 64}}) {
-    const std::string what = absl::StrCat("n=", s.n, " k=", s.k);
-    const QuantWeight w = MakeWeight(rng, t, s.n, s.k);
-    const auto x = RandomVec(rng, s.m * s.k);
-    const auto bias = RandomVec(rng, s.n);
-    std::vector<float> all(static_cast<size_t>(s.m * s.n), NAN);
-    internal::AmxQuantLinear(x.data(), s.m, w.blocks.data(), t, s.n, s.k, bias.data(),
-                             all.data());
-    ExpectGemmPath(x, s.m, w.deq, s.n, s.k, bias.data(), all, what);
-    for (int64_t m : {1, 2, 9, 16, 17, 31}) {
-      std::vector<float> y(static_cast<size_t>(m * s.n), NAN);
-      internal::AmxQuantLinear(x.data(), m, w.blocks.data(), t, s.n, s.k, bias.data(), y.data());
-      EXPECT_TRUE(std::equal(y.begin(), y.end(), all.begin()))
-          << what << ": the first " << m << " rows alone differ from the same rows in 32";
-    }
-  }
-}
+using DequantizedRowsKernel = void (*)(const float* x, int64_t m, const void* w, DType t, int64_t n,
+                                       int64_t k, const float* bias, float* y);
 
-// The AVX512-BF16 dot-product kernel on dequantized rows (AMD's path for
-// the batches above the int8 kernel's), as the AMX one above: against the
-// reference on bf16-rounded operands, and batch-invariant. Runs wherever
-// the CPU has AVX512-BF16, also where Linear does not choose it.
-TEST_P(QuantLinearTest, DotKernelOnDequantizedRows) {
-  if (!internal::Bf16DotKernelRuns()) GTEST_SKIP() << "no AVX512-BF16 (or TANDEM_CPU_ISA caps it)";
-  const DType t = GetParam();
+void ExpectKernelOnDequantizedRows(DType t, DequantizedRowsKernel kernel) {
   const uint32_t seed = FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed ", seed, " dtype ", std::string(DTypeName(t))));
   std::mt19937 rng(seed);
@@ -322,16 +294,28 @@ TEST_P(QuantLinearTest, DotKernelOnDequantizedRows) {
     const auto x = RandomVec(rng, s.m * s.k);
     const auto bias = RandomVec(rng, s.n);
     std::vector<float> all(static_cast<size_t>(s.m * s.n), NAN);
-    internal::QuantDotLinear(x.data(), s.m, w.blocks.data(), t, s.n, s.k, bias.data(),
-                             all.data());
+    kernel(x.data(), s.m, w.blocks.data(), t, s.n, s.k, bias.data(), all.data());
     ExpectGemmPath(x, s.m, w.deq, s.n, s.k, bias.data(), all, what);
     for (int64_t m : {1, 2, 9, 16, 17, 31}) {
       std::vector<float> y(static_cast<size_t>(m * s.n), NAN);
-      internal::QuantDotLinear(x.data(), m, w.blocks.data(), t, s.n, s.k, bias.data(), y.data());
+      kernel(x.data(), m, w.blocks.data(), t, s.n, s.k, bias.data(), y.data());
       EXPECT_TRUE(std::equal(y.begin(), y.end(), all.begin()))
           << what << ": the first " << m << " rows alone differ from the same rows in 32";
     }
   }
+}
+
+TEST_P(QuantLinearTest, AmxKernelOnDequantizedRows) {
+  if (!internal::AmxUsable()) GTEST_SKIP() << "AMX is not usable on this machine";
+  ExpectKernelOnDequantizedRows(GetParam(), internal::AmxQuantLinear);
+}
+
+// The AVX512-BF16 dot-product kernel (AMD's path for the batches above the
+// int8 kernel's); runs wherever the CPU has AVX512-BF16, also where Linear
+// does not choose it.
+TEST_P(QuantLinearTest, DotKernelOnDequantizedRows) {
+  if (!internal::Bf16DotKernelRuns()) GTEST_SKIP() << "no AVX512-BF16 (or TANDEM_CPU_ISA caps it)";
+  ExpectKernelOnDequantizedRows(GetParam(), internal::QuantDotLinear);
 }
 
 // f32 compute asked for: dequantized once, exact as the dequantized values.
