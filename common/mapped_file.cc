@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -33,6 +36,9 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
       ::close(fd);
       return absl::InternalError(absl::StrCat(path, ": mmap failed: ", std::strerror(e)));
     }
+#ifdef MADV_HUGEPAGE
+    (void)::madvise(p, static_cast<size_t>(size), MADV_HUGEPAGE);  // advice; 4 KiB pages work
+#endif
     data = static_cast<const uint8_t*>(p);
   }
   ::close(fd);  // the mapping keeps the file alive
@@ -41,6 +47,34 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
 
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), static_cast<size_t>(size_));
+}
+
+absl::StatusOr<int64_t> FileHugePageBytes() {
+  std::ifstream rollup("/proc/self/smaps_rollup");
+  if (!rollup) return absl::UnavailableError("/proc/self/smaps_rollup: cannot open");
+  std::string line;
+  while (std::getline(rollup, line)) {
+    long long kib = 0;
+    if (std::sscanf(line.c_str(), "FilePmdMapped: %lld kB", &kib) == 1) return kib * 1024;
+  }
+  return absl::UnavailableError("/proc/self/smaps_rollup: no FilePmdMapped line");
+}
+
+absl::Status DropFromPageCache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  // Dirty pages cannot be dropped: write them first.
+  int rc = ::fdatasync(fd);
+  const int sync_errno = errno;
+  if (rc == 0) rc = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat(
+        path, ": cannot drop from the page cache: ", std::strerror(rc > 0 ? rc : sync_errno)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tandem

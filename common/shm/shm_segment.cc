@@ -119,6 +119,22 @@ std::string MakeSegmentName(std::string_view purpose) {
                       counter.fetch_add(1, std::memory_order_relaxed));
 }
 
+namespace {
+
+// Weight stores are streamed through by the CPU kernels, which run 10-15%
+// faster on 2 MiB pages (mapped_file.h). Shared memory takes the advice only
+// where /sys/kernel/mm/transparent_hugepage/shmem_enabled is "advise" (or
+// "within_size", "always"; docs/PERFORMANCE.md); elsewhere it is a no-op.
+void AdviseHugePages(SegmentKind kind, void* p, int64_t bytes) {
+#ifdef MADV_HUGEPAGE
+  if (kind == SegmentKind::kWeightStore) {
+    (void)::madvise(p, static_cast<size_t>(bytes), MADV_HUGEPAGE);
+  }
+#endif
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(std::string_view name,
                                                                int64_t payload_bytes,
                                                                const SegmentOptions& options) {
@@ -146,6 +162,7 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(std::string_view 
   void* p = ::mmap(nullptr, static_cast<size_t>(total), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return fail("cannot map", errno);
   ::close(fd);
+  AdviseHugePages(options.kind, p, total);  // before the payload is written
 
   auto* h = static_cast<SegmentHeader*>(p);
   const ProcessIdentity self = ProcessIdentity::Self();
@@ -207,6 +224,7 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Open(std::string_view na
         absl::StrCat("shm segment ", SV(name), " holds a ", SV(SegmentKindName(seg->kind())),
                      ", expected a ", SV(SegmentKindName(expected_kind))));
   }
+  AdviseHugePages(expected_kind, seg->base(), seg->size());
   return seg;
 }
 
