@@ -138,7 +138,8 @@ ordered_json ReportJson(const BenchReport& r) {
                 {"expert_bytes", k.expert_bytes},
                 {"kv_bytes_per_token", k.kv_bytes_per_token},
                 {"write_seconds", r.model.write_seconds},
-                {"load_seconds", r.model.load_seconds}};
+                {"load_seconds", r.model.load_seconds},
+                {"huge_page_bytes", r.model.huge_page_bytes}};
   const int64_t l3 = m.l3_bytes;
   j["pp"] = FiguresJson(r.engine.pp, l3);
   j["tg"] = FigureJson(r.engine.tg, l3);
@@ -198,6 +199,10 @@ std::string ReportTable(const BenchReport& r) {
     absl::StrAppendFormat(&s, "\n  written in %.1f s", r.model.write_seconds);
   }
   absl::StrAppendFormat(&s, "\n  loaded in %.1f s", r.model.load_seconds);
+  if (r.model.huge_page_bytes >= 0) {
+    absl::StrAppendFormat(&s, "; %s of it mapped on 2 MiB pages",
+                          Si(static_cast<double>(r.model.huge_page_bytes), "B"));
+  }
   absl::StrAppendFormat(
       &s, "\n  read per decode step: %s dense + %s per routed expert; KV %s per token\n",
       Si(static_cast<double>(k.dense_bytes + k.lm_head_bytes), "B"),

@@ -37,6 +37,9 @@ struct ModelReport {
   ModelCosts costs;
   double write_seconds = 0;  // synthetic only
   double load_seconds = 0;
+  // Bytes of the model files mapped on 2 MiB pages after the engine's runs
+  // (mapped_file.h); -1 where /proc does not say.
+  int64_t huge_page_bytes = -1;
 };
 
 struct BenchReport {

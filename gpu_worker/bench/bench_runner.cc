@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
+#include "common/mapped_file.h"
 #include "common/status_macros.h"
 #include "cpu_worker/perf/machine_info.h"
 #include "cpu_worker/perf/machine_probe.h"
@@ -163,6 +164,10 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   say("measuring the engine: pp, tg, batched decode");
   TANDEM_ASSIGN_OR_RETURN(r.engine,
                           RunEngineBench(*engine, usage.get(), r.model.costs, peaks, o.engine));
+  // The page size matters to the streaming kernels (mapped_file.h).
+  if (absl::StatusOr<int64_t> huge = FileHugePageBytes(); huge.ok()) {
+    r.model.huge_page_bytes = *huge;
+  }
   engine.reset();  // its KV cache and scratch go before the second sweep's buffer
 
   TANDEM_ASSIGN_OR_RETURN(r.bandwidth_after, Bandwidth(o, static_cast<int>(r.machine.omp_threads)));
