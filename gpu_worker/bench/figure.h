@@ -3,7 +3,6 @@
 #ifndef TANDEM_GPU_WORKER_BENCH_FIGURE_H_
 #define TANDEM_GPU_WORKER_BENCH_FIGURE_H_
 
-#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -46,13 +45,7 @@ class RunSamples {
   }
 
   // Median of the samples, 0 if none was taken.
-  double Median() const {
-    if (samples_.empty()) return 0;
-    std::vector<double> s = samples_;
-    std::sort(s.begin(), s.end());
-    const size_t n = s.size();
-    return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-  }
+  double Median() const { return perf::Summarize(samples_).median; }
 
  private:
   const BandwidthSampler& sampler_;
