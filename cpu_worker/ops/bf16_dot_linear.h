@@ -15,7 +15,8 @@
 // whatever m and the other rows are: in 16 lanes over k in order (pairs of
 // k per lane and step), the tail masked, then one fixed reduction tree,
 // then the bias. The tiles that group rows only decide which elements are
-// computed together.
+// computed together, and the spans that cut the loop over k (up to 24 rows,
+// bf16_dot_linear.cc says why) store and reload the accumulators unchanged.
 #ifndef TANDEM_CPU_WORKER_OPS_BF16_DOT_LINEAR_H_
 #define TANDEM_CPU_WORKER_OPS_BF16_DOT_LINEAR_H_
 
