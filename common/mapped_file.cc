@@ -63,7 +63,9 @@ absl::StatusOr<int64_t> FileHugePageBytes() {
 absl::Status DropFromPageCache(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+    const int e = errno;
+    auto msg = absl::StrCat(path, ": cannot open: ", std::strerror(e));
+    return e == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
   }
   // Dirty pages cannot be dropped: write them first.
   int rc = ::fdatasync(fd);

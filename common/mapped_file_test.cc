@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -33,7 +34,7 @@ class MappedFileTest : public ::testing::Test {
     for (auto& b : bytes_) b = static_cast<uint8_t>(rng());
     std::ofstream(path_, std::ios::binary)
         .write(reinterpret_cast<const char*>(bytes_.data()), bytes);
-    SCOPED_TRACE(seed);
+    trace_.emplace(__FILE__, __LINE__, "seed " + std::to_string(seed));  // until the test ends
   }
   void TearDown() override {
     if (!path_.empty()) std::remove(path_.c_str());
@@ -41,6 +42,7 @@ class MappedFileTest : public ::testing::Test {
 
   std::string path_;
   std::vector<uint8_t> bytes_;
+  std::optional<::testing::ScopedTrace> trace_;
 };
 
 TEST_F(MappedFileTest, MapsTheWholeFile) {
@@ -83,8 +85,8 @@ TEST_F(MappedFileTest, DroppedFileReadsTheSameFromDisk) {
 
 // The count parses on every Linux with smaps_rollup; whether the kernel took
 // the huge-page advice depends on its settings and the file system, so only
-// a count within the process's mappings is required.
-TEST_F(MappedFileTest, HugePageCountIsWithinTheMappings) {
+// a count of whole 2 MiB pages is required.
+TEST_F(MappedFileTest, HugePageCountParsesInWholePages) {
   Write(int64_t{8} << 20);
   ASSERT_TRUE(DropFromPageCache(path_).ok());
   auto f = MappedFile::Open(path_);

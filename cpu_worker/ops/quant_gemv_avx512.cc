@@ -21,10 +21,11 @@ namespace {
 // kAheadTiles tiles (kAheadTiles * R rows) further on. With R rows streamed
 // at once the hardware prefetchers alone left a cold (DRAM) pass ~20%
 // slower in linear_bench; fetching 512 bytes ahead in the same row made up
-// for it on an Emerald Rapids VM, but on a Zen 4 VM one row read 27-28
-// GB/s of Q8_0 that way against 32-34 for the read sweep, and 28-30 with
-// the rows two tiles ahead (a whole tile's pages opened early instead of
-// the next lines of pages already streaming).
+// for it on an Emerald Rapids VM. On a Zen 4 VM the rows two tiles ahead
+// (a whole tile's pages opened early instead of the next lines of pages
+// already streaming) read Q4_0 at 25-27 GB/s against 19-20 at one row, and
+// Q4_0 and Q8_0 15-30% faster at four rows; Q8_0 at one row stayed at
+// 25-29 either way (alternating linear_bench runs, docs/PERFORMANCE.md).
 constexpr int64_t kAheadTiles = 2;
 
 // Lane pattern of a pair's two blocks (see Act512) and where in Act512::xs
