@@ -210,8 +210,21 @@ TANDEM_AVX512 void SplitChunkBf16(const float* x, int64_t m, int64_t k, int64_t 
 
 // Direct path: R weight rows x C rows of x in registers over all of k,
 // the weights widened in registers as they stream in. For a few rows of x.
-// The software prefetch, 1 KiB ahead in each row into level L, made a pass
-// from DRAM ~15% faster (m = 1, cold; stream_prefetch.h for the level).
+// Software prefetch into level L (stream_prefetch.h). Rows of 4 KiB and
+// more fetch 1 KiB ahead in the same row: that made a cold pass ~15% faster
+// than none on an Emerald Rapids VM. Shorter rows fetch the same bytes a
+// whole number of tiles ahead (about kAheadBytes): at k = 1024 (2 KiB rows:
+// MoE experts' gate/up, a 1024-wide LM head) half of the in-row fetches fell
+// in lines the tile was already reading and the next tile's rows started
+// cold, so such matrices read at 20-25 GB/s against 28-35 for k = 2816.
+// With tiles ahead the MoE benchmark's sequence of m = 1 linears (hidden
+// 1024, ffn 2816) read 25-32 GB/s against 23-25 on a Zen 4 VM; for 8 KiB
+// rows (BM_Linear) tiles ahead measured no better than in-row, within the
+// VM's noise, so long rows keep the in-row fetch (docs/PERFORMANCE.md).
+constexpr int64_t kInRowMinBytes = 4096;
+constexpr int64_t kInRowAhead = 512;  // elements: 1 KiB
+constexpr int64_t kAheadBytes = 128 << 10;
+
 template <int R, int C, PrefetchLevel L>
 TANDEM_AVX512 inline void DirectTileBf16(const float* xs, int64_t m, const uint16_t* w, int64_t n,
                                          int64_t k, const float* bias, int64_t i0, int64_t j0,
@@ -223,13 +236,20 @@ TANDEM_AVX512 inline void DirectTileBf16(const float* xs, int64_t m, const uint1
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
   }
   const int64_t chunks = (k + kChunk - 1) / kChunk;
+  const int64_t row_bytes = k * static_cast<int64_t>(sizeof(uint16_t));
+  const bool in_row = row_bytes >= kInRowMinBytes;
+  const int64_t ahead_rows = R * ((kAheadBytes + R * row_bytes - 1) / (R * row_bytes));
   for (int64_t ch = 0; ch < chunks; ++ch) {
     const __mmask32 mask = ChunkMask(k, ch * kChunk);
     __m512 we[R], wo[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const uint16_t* p = w + (j0 + r) * k + ch * kChunk;
-      PrefetchLine<L>(p + 512);
+      if (in_row) {
+        PrefetchLine<L>(p + kInRowAhead);
+      } else if (j0 + ahead_rows + r < n) {
+        PrefetchLine<L>(p + ahead_rows * k);
+      }
       Widen(p, mask, &we[r], &wo[r]);
     }
     const float* xc = xs + (ch * m + i0) * kChunk;
