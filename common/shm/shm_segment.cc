@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -122,14 +123,28 @@ std::string MakeSegmentName(std::string_view purpose) {
 namespace {
 
 // Weight stores are streamed through by the CPU kernels, which run 10-15%
-// faster on 2 MiB pages (mapped_file.h). Shared memory takes the advice only
-// where /sys/kernel/mm/transparent_hugepage/shmem_enabled is "advise" (or
-// "within_size", "always"; docs/PERFORMANCE.md); elsewhere it is a no-op.
+// faster on 2 MiB pages (mapped_file.h). Segments in /dev/shm take the
+// advice only where that tmpfs is mounted with huge=advise (or always,
+// within_size); the default, huge=never, ignores it (huge_pages.h says
+// which applies; docs/PERFORMANCE.md).
 void AdviseHugePages(SegmentKind kind, void* p, int64_t bytes) {
 #ifdef MADV_HUGEPAGE
   if (kind == SegmentKind::kWeightStore) {
     (void)::madvise(p, static_cast<size_t>(bytes), MADV_HUGEPAGE);
   }
+#endif
+}
+
+// Faults every page of [p, p + bytes) in for writing, as a write would,
+// but returns an errno where the write would raise SIGBUS. 0 on success,
+// EINVAL where the kernel lacks MADV_POPULATE_WRITE.
+int PopulateWrite(void* p, int64_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  return ::madvise(p, static_cast<size_t>(bytes), MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+#else
+  (void)p;
+  (void)bytes;
+  return EINVAL;
 #endif
 }
 
@@ -152,17 +167,40 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(std::string_view 
     ::shm_unlink(name_str.c_str());
     return OpenError(name, what, e);
   };
+  const std::string reserve_error = absl::StrCat("cannot reserve ", total, " bytes");
+  // A weight store is reserved through its mapping, after the huge-page
+  // advice: fallocate gives a tmpfs file its pages with no mapping to
+  // advise, so under huge=advise they would all be 4 KiB.
+  const bool populate = options.reserve && options.kind == SegmentKind::kWeightStore;
+  // fallocate refuses a size past the mount's free space before taking any;
+  // populating would fill /dev/shm first, so check as it does.
+  struct statvfs fs;
+  if (populate && ::fstatvfs(fd, &fs) == 0 && fs.f_blocks > 0 &&
+      static_cast<uint64_t>(total) > static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize) {
+    return fail(reserve_error.c_str(), ENOSPC);
+  }
   int rc = EOPNOTSUPP;
-  if (options.reserve) rc = ::posix_fallocate(fd, 0, total);
+  if (options.reserve && !populate) rc = ::posix_fallocate(fd, 0, total);
   if (rc == EOPNOTSUPP || rc == EINVAL) {
     if (::ftruncate(fd, total) != 0) return fail("cannot size", errno);
   } else if (rc != 0) {
-    return fail(absl::StrCat("cannot reserve ", total, " bytes").c_str(), rc);
+    return fail(reserve_error.c_str(), rc);
   }
   void* p = ::mmap(nullptr, static_cast<size_t>(total), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return fail("cannot map", errno);
-  ::close(fd);
   AdviseHugePages(options.kind, p, total);  // before the payload is written
+  if (populate) {
+    rc = PopulateWrite(p, total);
+    // Kernels before 5.14 do not know the advice: reserve as for the rest.
+    if (rc == EINVAL) rc = ::posix_fallocate(fd, 0, total);
+    if (rc != 0 && rc != EOPNOTSUPP) {
+      ::munmap(p, static_cast<size_t>(total));
+      // Populating reports a full /dev/shm as EFAULT (where a write would
+      // have raised SIGBUS).
+      return fail(reserve_error.c_str(), rc == EFAULT ? ENOSPC : rc);
+    }
+  }
+  ::close(fd);
 
   auto* h = static_cast<SegmentHeader*>(p);
   const ProcessIdentity self = ProcessIdentity::Self();

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -128,6 +129,33 @@ TEST_F(ShmSegmentTest, SizesAreChecked) {
   EXPECT_FALSE((*seg)->ContainsPayloadRange(0, 1));
   EXPECT_FALSE((*seg)->ContainsPayloadRange(kSegmentHeaderBytes + 2, 0));
   EXPECT_FALSE((*seg)->ContainsPayloadRange(kSegmentHeaderBytes, ~uint64_t{0}));
+}
+
+// A reservation past /dev/shm's free space fails up front, whether it is
+// made by fallocate (most kinds) or through the huge-page-advised mapping
+// (weight stores), and leaves nothing behind.
+TEST_F(ShmSegmentTest, ReservingMoreThanTheMountHoldsIsResourceExhausted) {
+  struct statvfs fs;
+  ASSERT_EQ(::statvfs("/dev/shm", &fs), 0);
+  const int64_t too_big =
+      static_cast<int64_t>(fs.f_blocks) * static_cast<int64_t>(fs.f_frsize) + (int64_t{64} << 20);
+  for (SegmentKind kind : {SegmentKind::kRaw, SegmentKind::kWeightStore}) {
+    SegmentOptions options;
+    options.kind = kind;
+    const auto seg = ShmSegment::Create(Name("big"), too_big, options);
+    EXPECT_EQ(seg.status().code(), absl::StatusCode::kResourceExhausted)
+        << static_cast<int>(kind) << ": " << seg.status();
+    EXPECT_THAT(seg.status().message(), HasSubstr("cannot reserve"));
+    EXPECT_EQ(ShmSegment::Open(Name("big")).status().code(), absl::StatusCode::kNotFound);
+  }
+  // A weight store that fits is reserved and reads back zeros.
+  SegmentOptions options;
+  options.kind = SegmentKind::kWeightStore;
+  auto seg = ShmSegment::Create(Name("fits"), int64_t{4} << 20, options);
+  ASSERT_TRUE(seg.ok()) << seg.status();
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < (*seg)->payload_size(); i += 4096) nonzero += (*seg)->payload()[i] != 0;
+  EXPECT_EQ(nonzero, 0);
 }
 
 TEST_F(ShmSegmentTest, CreateIsExclusiveAndOpenNeedsAName) {
