@@ -5,12 +5,14 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint.h"
 #include "common/shm/expert_weight_store.h"
+#include "common/shm/huge_pages.h"
 #include "common/shm/slot_ring.h"
 #include "common/status_macros.h"
 #include "cpu_worker/service/attention_server.h"
@@ -100,6 +102,12 @@ absl::Status Run(const CpuWorkerOptions& o) {
     (void)shm::RemoveStaleSegments(store_name);
     TANDEM_ASSIGN_OR_RETURN(weight_store,
                             shm::BuildExpertWeightStore(*ckpt, placement, store_name));
+    // The experts were just written, so their pages are what they will be.
+    if (absl::StatusOr<int64_t> huge = shm::ShmemHugePageBytes(); huge.ok()) {
+      const std::string warning = shm::WeightStorePageWarning(
+          "expert weights", weight_store->used_bytes(), *huge, shm::ShmHugePagePolicy());
+      if (!warning.empty()) std::fprintf(stderr, "tandem cpu-worker: %s\n", warning.c_str());
+    }
     TANDEM_ASSIGN_OR_RETURN(expert_server, ExpertServer::CreateFromStore(
                                                *weight_store, ckpt->config(), placement, ct));
     // Once the gpu_worker sends work it has mapped the store: drop the name,

@@ -49,16 +49,21 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), static_cast<size_t>(size_));
 }
 
-absl::StatusOr<int64_t> FileHugePageBytes() {
+absl::StatusOr<int64_t> SmapsRollupBytes(std::string_view field) {
   std::ifstream rollup("/proc/self/smaps_rollup");
   if (!rollup) return absl::UnavailableError("/proc/self/smaps_rollup: cannot open");
+  const std::string prefix = std::string(field) + ":";
   std::string line;
   while (std::getline(rollup, line)) {
+    if (line.compare(0, prefix.size(), prefix) != 0) continue;
     long long kib = 0;
-    if (std::sscanf(line.c_str(), "FilePmdMapped: %lld kB", &kib) == 1) return kib * 1024;
+    if (std::sscanf(line.c_str() + prefix.size(), " %lld kB", &kib) == 1) return kib * 1024;
   }
-  return absl::UnavailableError("/proc/self/smaps_rollup: no FilePmdMapped line");
+  return absl::UnavailableError(
+      absl::StrCat("/proc/self/smaps_rollup: no ", std::string(field), " line"));
 }
+
+absl::StatusOr<int64_t> FileHugePageBytes() { return SmapsRollupBytes("FilePmdMapped"); }
 
 absl::Status DropFromPageCache(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

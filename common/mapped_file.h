@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 
@@ -39,6 +40,10 @@ class MappedFile {
 // now (FilePmdMapped in /proc/self/smaps_rollup): what of the weights took
 // the advice above. Unavailable where /proc does not say.
 absl::StatusOr<int64_t> FileHugePageBytes();
+
+// Bytes in the kB field `field` of /proc/self/smaps_rollup ("FilePmdMapped",
+// "ShmemPmdMapped", ...). Unavailable where /proc does not list it.
+absl::StatusOr<int64_t> SmapsRollupBytes(std::string_view field);
 
 // Writes `path`'s dirty pages back and asks the kernel to drop its cached
 // pages, so that the next mapping reads it afresh (on huge pages where the

@@ -1,7 +1,7 @@
 #include "common/mapped_file.h"
 
-#include <stdlib.h>
 #include <linux/magic.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -99,6 +99,17 @@ TEST_F(MappedFileTest, HugePageCountParsesInWholePages) {
               static_cast<long long>(*huge), static_cast<unsigned long long>(sum));
   EXPECT_GE(*huge, 0);
   EXPECT_EQ(*huge % (int64_t{2} << 20), 0);
+}
+
+TEST(SmapsRollupBytes, ReadsAFieldAndRefusesAnUnknownOne) {
+  absl::StatusOr<int64_t> rss = SmapsRollupBytes("Rss");
+  ASSERT_TRUE(rss.ok()) << rss.status();
+  EXPECT_GT(*rss, 0);
+  EXPECT_EQ(*rss % 1024, 0);
+  // "Rss" must not match a longer field that starts with it, nor a made-up one.
+  absl::StatusOr<int64_t> none = SmapsRollupBytes("NoSuchField");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable) << none.status();
+  EXPECT_EQ(SmapsRollupBytes("Rs").status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace
