@@ -87,6 +87,17 @@ int64_t ModelCost::total_params() const {
   return static_cast<int64_t>(std::llround(total));
 }
 
+double ModelCost::StepActivationBytes(double tokens, double logit_rows, double copies,
+                                      double bytes_per_element) const {
+  const ModelConfig& c = config_;
+  const double widest = static_cast<double>(
+      std::max({c.intermediate_size, c.moe_intermediate_size * c.num_experts_per_tok,
+                c.q_dim() + 2 * c.kv_dim()}));
+  return copies * tokens * (4.0 * static_cast<double>(c.hidden_size) + 2 * widest) *
+             bytes_per_element +
+         logit_rows * static_cast<double>(c.vocab_size) * 4;
+}
+
 double ModelCost::total_weight_bytes() const {
   return static_cast<double>(total_params()) * options_.weight_bytes_per_element;
 }

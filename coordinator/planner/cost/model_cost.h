@@ -103,6 +103,14 @@ class ModelCost {
   // Sums of a list of ops.
   static OpCost Sum(const std::vector<OpCost>& ops);
 
+  // Bytes of activations and scratch a step of `tokens` tokens keeps live:
+  // `copies` sets of four hidden-size vectors and two of the widest
+  // intermediate (MLP, routed experts or q/k/v) per token at
+  // `bytes_per_element`, plus fp32 logits of `logit_rows` rows. Layers reuse
+  // one layer's buffers, so the depth does not enter.
+  double StepActivationBytes(double tokens, double logit_rows, double copies,
+                             double bytes_per_element) const;
+
  private:
   ModelCost(const ModelConfig& c, CostOptions o) : config_(c), options_(o) {}
   std::vector<OpCost> LayerOps(int64_t layer, double tokens, double attention_keys_total,

@@ -346,14 +346,7 @@ LayerWork PrefillLayerWork(const ModelCost& m, const HardwareProfile& hw,
 }
 
 double ActivationBytes(const ModelCost& m, double tokens, double logit_rows) {
-  const ModelConfig& c = m.config();
-  const double ab = m.options().activation_bytes_per_element;
-  const double widest = static_cast<double>(std::max(
-      {c.intermediate_size, c.moe_intermediate_size * c.num_experts_per_tok,
-       c.q_dim() + 2 * c.kv_dim()}));
-  return 2 * tokens * (4.0 * static_cast<double>(c.hidden_size) + 2 * widest) *
-             ab +
-         logit_rows * static_cast<double>(c.vocab_size) * 4;
+  return m.StepActivationBytes(tokens, logit_rows, 2, m.options().activation_bytes_per_element);
 }
 
 }  // namespace tandem::planner::scheinfer

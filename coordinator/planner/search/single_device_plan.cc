@@ -24,15 +24,10 @@ struct Device {
   const char* name = "";
 };
 
-// Activations and scratch of a step of `tokens` tokens: a few hidden-size
-// vectors per token plus the largest intermediate, and the logits of the
-// sampled rows. A deliberate overestimate (x4) of what the engine keeps live.
+// Activations and scratch of a step of `tokens` tokens in f32: a deliberate
+// overestimate (four copies) of what the engine keeps live.
 double ActivationBytes(const ModelCost& m, double tokens, double logit_rows) {
-  const ModelConfig& c = m.config();
-  const double widest = static_cast<double>(std::max(
-      {c.intermediate_size, c.moe_intermediate_size * c.num_experts_per_tok, c.q_dim() + 2 * c.kv_dim()}));
-  return 4 * tokens * (4.0 * static_cast<double>(c.hidden_size) + 2 * widest) * 4 +
-         logit_rows * static_cast<double>(c.vocab_size) * 4;
+  return m.StepActivationBytes(tokens, logit_rows, 4, 4);
 }
 
 double OpSeconds(const OpCost& op, const Device& d) {
