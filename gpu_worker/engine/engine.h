@@ -261,9 +261,11 @@ class Engine {
   };
   absl::Status Grow(Scratch& s, int64_t n);
 
-  std::unique_ptr<Device> own_device_;  // declared first: released last
-  Device* dev_ = nullptr;
+  // The mapping outlives the device: a CUDA device unpins the streamed
+  // weights' host pages when it goes, and they must still be mapped then.
   std::unique_ptr<Checkpoint> ckpt_;
+  std::unique_ptr<Device> own_device_;  // before what it allocates: released after it
+  Device* dev_ = nullptr;
   ModelWeights weights_;
   std::unique_ptr<KvCache> kv_;
   std::vector<float> inv_freq_;
