@@ -191,9 +191,10 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(std::string_view 
   AdviseHugePages(options.kind, p, total);  // before the payload is written
   if (populate) {
     rc = PopulateWrite(p, total);
-    // Kernels before 5.14 do not know the advice: reserve as for the rest.
+    // Kernels before 5.14 do not know the advice: reserve as for the rest
+    // (and, as for the rest, go on unreserved where fallocate is refused).
     if (rc == EINVAL) rc = ::posix_fallocate(fd, 0, total);
-    if (rc != 0 && rc != EOPNOTSUPP) {
+    if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
       ::munmap(p, static_cast<size_t>(total));
       // Populating reports a full /dev/shm as EFAULT (where a write would
       // have raised SIGBUS).
