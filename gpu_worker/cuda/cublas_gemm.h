@@ -44,10 +44,14 @@ absl::Status Gemm(const CublasHandle& h, const void* x, const void* w, ActType t
 // For each expert e with rows [offsets[e], offsets[e + 1]) of the grouped
 // input x [rows, k]: y[those rows] = x[those rows] · weights[e]^T, each
 // weights[e] [n, k] in `type`. `offsets` is on the host (experts + 1
-// entries); experts with no rows are skipped.
+// entries); experts with no rows are skipped. One cublasGemmGroupedBatchedEx
+// call (cuBLAS 12.5 and later) for all the experts, its pointer arrays
+// copied on the handle's stream into `device_ptrs` (device memory of at
+// least 3 * weights.size() pointers, not reused before the call has run);
+// one GEMM per expert where that call is missing or refuses the types.
 absl::Status GroupedGemm(const CublasHandle& h, const void* x, const std::vector<const void*>& weights,
                          ActType type, const std::vector<int32_t>& offsets, int64_t n, int64_t k,
-                         float* y);
+                         float* y, void** device_ptrs);
 
 }  // namespace tandem::cuda
 

@@ -10,6 +10,7 @@
 #include "common/dtype.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
+#include "gpu_worker/cuda/cublas_gemm.h"
 #include "gpu_worker/cuda/cuda_copy_engine.h"
 #include "gpu_worker/cuda/cuda_status.h"
 #include "gpu_worker/cuda/device_info.h"
@@ -496,6 +497,99 @@ absl::Status CudaDevice::ScatterAddRows(const float* x, int64_t width, const int
   TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchScatterAddRows(x, width, static_cast<const int32_t*>(d_rows),
                                                      static_cast<const float*>(d_scales), n, out,
                                                      stream_.get()));
+  return absl::OkStatus();
+}
+
+// All the runs' rows gathered into one grouped matrix, then one grouped
+// GEMM per projection (gate, up, down) over every expert and one SwiGLU,
+// instead of five launches per expert; the weighted additions go back run
+// by run, so a token's experts add up in the runs' order as on the host.
+// Runs whose weights differ in shape or type (never a layer's own experts)
+// take Mlp one by one.
+absl::Status CudaDevice::RunExperts(const float* x, int64_t width,
+                                    const std::vector<ExpertRun>& runs, float* out) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  std::vector<const void*> gate, up, down;
+  std::vector<int32_t> offsets = {0}, token_of;
+  LinearView g0, d0;
+  bool alike = true;
+  for (const ExpertRun& r : runs) {
+    if (r.n == 0) continue;
+    TANDEM_ASSIGN_OR_RETURN(const LinearView g, Find(r.weights->gate));
+    TANDEM_ASSIGN_OR_RETURN(const LinearView u, Find(r.weights->up));
+    TANDEM_ASSIGN_OR_RETURN(const LinearView d, Find(r.weights->down));
+    if (gate.empty()) {
+      g0 = g;
+      d0 = d;
+    }
+    alike = alike && g.type == g0.type && u.type == g0.type && d.type == g0.type &&
+            g.n == g0.n && g.k == width && u.n == g0.n && u.k == width && d.n == width &&
+            d.k == g0.n;
+    gate.push_back(g.data);
+    up.push_back(u.data);
+    down.push_back(d.data);
+    for (int64_t i = 0; i < r.n; ++i) token_of.push_back(static_cast<int32_t>(r.rows[i]));
+    offsets.push_back(static_cast<int32_t>(token_of.size()));
+  }
+  const int64_t total = static_cast<int64_t>(token_of.size());
+  if (total == 0) return absl::OkStatus();
+  const size_t wide = static_cast<size_t>(total * width) * sizeof(float);
+  TANDEM_RETURN_IF_ERROR(Reserve(expert_in_, wide));
+  TANDEM_RETURN_IF_ERROR(Reserve(expert_out_, wide));
+  float* xin = expert_in_.as<float>();
+  float* yout = expert_out_.as<float>();
+  if (gate.size() == 1 || !alike) {
+    int64_t at = 0;
+    for (const ExpertRun& r : runs) {
+      if (r.n == 0) continue;
+      TANDEM_RETURN_IF_ERROR(GatherRows(x, width, r.rows, r.n, xin + at * width));
+      TANDEM_RETURN_IF_ERROR(Mlp(*r.weights, xin + at * width, r.n, yout + at * width));
+      at += r.n;
+    }
+  } else {
+    const int64_t ffn = g0.n;
+    TANDEM_ASSIGN_OR_RETURN(void* d_tokens, Upload(kSlot2, token_of.data(), token_of.size() * 4));
+    TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchGatherRows(x, width, static_cast<const int32_t*>(d_tokens),
+                                                   total, xin, ActType::kF32, stream_.get()));
+    const void* in = xin;
+    if (g0.type == ActType::kBF16) {
+      TANDEM_RETURN_IF_ERROR(
+          Reserve(x_bf16_, static_cast<size_t>(total * std::max(width, ffn)) * 2));
+      TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchConvert(xin, ActType::kF32, x_bf16_.data(),
+                                                  ActType::kBF16, total * width, stream_.get()));
+      in = x_bf16_.data();
+    }
+    const size_t act = static_cast<size_t>(total * ffn) * sizeof(float);
+    TANDEM_RETURN_IF_ERROR(Reserve(gate_, act));
+    TANDEM_RETURN_IF_ERROR(Reserve(up_, act));
+    // Three pointer arrays per GEMM; each GEMM has its own, as the next
+    // GEMM's arrays are copied while the previous one may still run.
+    const size_t per_gemm = 3 * gate.size();
+    TANDEM_RETURN_IF_ERROR(Reserve(group_ptrs_, 3 * per_gemm * sizeof(void*)));
+    void** ptrs = group_ptrs_.as<void*>();
+    float* g = gate_.as<float>();
+    float* u = up_.as<float>();
+    TANDEM_RETURN_IF_ERROR(GroupedGemm(blas_, in, gate, g0.type, offsets, ffn, width, g, ptrs));
+    TANDEM_RETURN_IF_ERROR(
+        GroupedGemm(blas_, in, up, g0.type, offsets, ffn, width, u, ptrs + per_gemm));
+    TANDEM_LAUNCH_RETURN_IF_ERROR(
+        LaunchSwiGlu(g, u, total * ffn, g, ActType::kF32, stream_.get()));
+    const void* mid = g;
+    if (g0.type == ActType::kBF16) {
+      // The up GEMM queued before has read x_bf16_ by the time this runs.
+      TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchConvert(g, ActType::kF32, x_bf16_.data(),
+                                                  ActType::kBF16, total * ffn, stream_.get()));
+      mid = x_bf16_.data();
+    }
+    TANDEM_RETURN_IF_ERROR(GroupedGemm(blas_, mid, down, g0.type, offsets, width, ffn, yout,
+                                       ptrs + 2 * per_gemm));
+  }
+  int64_t at = 0;
+  for (const ExpertRun& r : runs) {
+    if (r.n == 0) continue;
+    TANDEM_RETURN_IF_ERROR(ScatterAddRows(yout + at * width, width, r.rows, r.scales, r.n, out));
+    at += r.n;
+  }
   return absl::OkStatus();
 }
 

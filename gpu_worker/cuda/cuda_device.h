@@ -61,6 +61,8 @@ class CudaDevice final : public Device {
                           float* out) override;
   absl::Status ScatterAddRows(const float* x, int64_t width, const int64_t* rows,
                               const float* scales, int64_t n, float* out) override;
+  absl::Status RunExperts(const float* x, int64_t width, const std::vector<ExpertRun>& runs,
+                          float* out) override;
   absl::Status SigmoidGateAdd(const float* x, const float* h, const float* gate, int64_t rows,
                               int64_t width, float* out) override;
 
@@ -126,7 +128,9 @@ class CudaDevice final : public Device {
   std::string pin_failure_;
   std::array<DeviceBuffer, kSlots> meta_;
   DeviceBuffer x_bf16_;           // activations rounded for a bf16 GEMM
-  DeviceBuffer gate_, up_;        // [rows, ffn] of Mlp
+  DeviceBuffer gate_, up_;        // [rows, ffn] of Mlp and RunExperts
+  DeviceBuffer expert_in_, expert_out_;  // [rows, width] of RunExperts, grouped by run
+  DeviceBuffer group_ptrs_;       // RunExperts' grouped GEMMs' pointer arrays, three
   DeviceBuffer route_ids_, route_w_;  // [n, k] of RouteTopK
 };
 

@@ -63,6 +63,16 @@ struct AttentionChunk {
   const std::vector<int32_t>* block_table = nullptr;
 };
 
+// One expert's part of a MoE step (Device::RunExperts): the rows of x it
+// reads and of out it adds to (host memory, distinct within the run), and
+// their routing weights.
+struct ExpertRun {
+  const ops::MlpWeights* weights = nullptr;
+  const int64_t* rows = nullptr;
+  const float* scales = nullptr;
+  int64_t n = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -138,6 +148,14 @@ class Device {
   // out[rows[i]] += scales[i] * x[i] for i < n; rows distinct.
   virtual absl::Status ScatterAddRows(const float* x, int64_t width, const int64_t* rows,
                                       const float* scales, int64_t n, float* out) = 0;
+  // For each run in order and i < run.n: out[run.rows[i]] += run.scales[i] *
+  // Mlp(*run.weights)(x[run.rows[i]]), rows of `width`. A row may be in
+  // several runs (a token's top-k experts); its additions happen in the
+  // runs' order. Each run's weights are as Mlp takes them. One call lets a
+  // device batch the experts (the CUDA device: one grouped GEMM per
+  // projection over all the runs' rows instead of one GEMM per expert).
+  virtual absl::Status RunExperts(const float* x, int64_t width, const std::vector<ExpertRun>& runs,
+                                  float* out) = 0;
   // out[t] += sigmoid(h[t] · gate) * x[t] for t < rows (Qwen-MoE's shared
   // expert gate; `gate` [width] a vector of the weights, the dot in double
   // on the host device).

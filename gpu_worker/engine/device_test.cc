@@ -5,6 +5,7 @@
 #include "gpu_worker/engine/device.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -28,7 +29,7 @@ namespace {
 
 using testing::MaxRelativeError;
 
-constexpr int64_t kVocab = 50, kHidden = 64, kQ = 96, kKv = 32, kFfn = 128;
+constexpr int64_t kVocab = 50, kHidden = 64, kQ = 96, kKv = 32, kFfn = 128, kExperts = 4;
 
 // A weight matrix as the test holds it: the values (bf16-rounded where
 // stored as bf16) and the bytes a TensorView points at.
@@ -81,6 +82,27 @@ class DeviceOps : public ::testing::TestWithParam<std::string> {
             .value();
     l.shared_gate = Random(kHidden);
     w_.layers.push_back(std::move(l));
+    // A MoE layer for RunExperts: three bf16 experts and an f32 one.
+    LayerWeights moe;
+    moe.moe = true;
+    router_ = RandomMatrix(kExperts, kHidden, DType::kF32);
+    moe.router =
+        ops::LinearWeight::Create(router_.View(), ops::ComputeType::kF32).value();
+    for (int64_t e = 0; e < kExperts; ++e) {
+      const DType t = e + 1 == kExperts ? DType::kF32 : DType::kBF16;
+      const ops::ComputeType c =
+          t == DType::kF32 ? ops::ComputeType::kF32 : ops::ComputeType::kBF16;
+      expert_mats_.push_back({RandomMatrix(kFfn, kHidden, t),
+                              RandomMatrix(kFfn, kHidden, t),
+                              RandomMatrix(kHidden, kFfn, t)});
+      const auto& m = expert_mats_.back();
+      ops::MlpWeights w;
+      w.gate = ops::LinearWeight::Create(m[0].View(), c).value();
+      w.up = ops::LinearWeight::Create(m[1].View(), c).value();
+      w.down = ops::LinearWeight::Create(m[2].View(), c).value();
+      moe.experts.push_back(std::move(w));
+    }
+    w_.layers.push_back(std::move(moe));
     inv_freq_ = ops::RopeInvFreq(16, 10000.0f, {});
   }
 
@@ -126,7 +148,8 @@ class DeviceOps : public ::testing::TestWithParam<std::string> {
 
   uint32_t seed_ = 0;
   std::mt19937 rng_;
-  Matrix embd_, lm_, q_, k_, gate_, up_, down_;
+  Matrix embd_, lm_, q_, k_, gate_, up_, down_, router_;
+  std::vector<std::array<Matrix, 3>> expert_mats_;  // [expert] gate, up, down
   ModelWeights w_;
   std::vector<float> inv_freq_;
   std::vector<DeviceMemory> held_;
@@ -138,6 +161,17 @@ std::vector<float> RefLinear(const std::vector<float>& x, int64_t rows,
   ops::ReferenceLinear(x.data(), rows, m.values.data(), m.n, m.k,
                        bias == nullptr ? nullptr : bias->data(), y.data());
   return y;
+}
+
+// down(silu(gate(x)) * up(x)) in f32 from the weights' values.
+std::vector<float> RefMlp(const std::vector<float>& x, int64_t rows,
+                          const Matrix& gate, const Matrix& up,
+                          const Matrix& down) {
+  std::vector<float> g = RefLinear(x, rows, gate, nullptr),
+                     u = RefLinear(x, rows, up, nullptr);
+  for (size_t i = 0; i < g.size(); ++i)
+    g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  return RefLinear(g, rows, down, nullptr);
 }
 
 void DeviceOps::Check(Device& d) {
@@ -235,6 +269,47 @@ void DeviceOps::Check(Device& d) {
     EXPECT_LT(MaxRelativeError(Get(d, out, rows * kHidden),
                                RefLinear(g, rows, down_, nullptr)),
               2e-2);
+  } else if (op == "RunExperts") {
+    // Rows shared between runs (a token's experts), an empty run, an
+    // expert in two runs; then runs whose weights differ in type.
+    const LayerWeights& m = w_.layers[1];
+    const std::vector<float> x = Random(rows * kHidden),
+                             o = Random(rows * kHidden);
+    const std::vector<std::vector<int64_t>> picks = {
+        {0, 2, 5}, {}, {2, 3, 6, 0}, {1}, {4, 2}};
+    const std::vector<int> experts_of = {0, 1, 2, 1, 3};
+    std::vector<std::vector<float>> scales;
+    for (const auto& p : picks) {
+      scales.push_back(Random(static_cast<int64_t>(p.size()), 0.5f));
+    }
+    const std::vector<std::vector<size_t>> calls = {{0, 1, 2, 3}, {0, 4}};
+    float* dx = Put(d, x);
+    for (size_t c = 0; c < calls.size(); ++c) {
+      float* dout = Put(d, o);
+      std::vector<ExpertRun> runs;
+      std::vector<float> want(o);
+      for (size_t r : calls[c]) {
+        const auto& mats = expert_mats_[static_cast<size_t>(experts_of[r])];
+        const int64_t n = static_cast<int64_t>(picks[r].size());
+        runs.push_back({&m.experts[static_cast<size_t>(experts_of[r])],
+                        picks[r].data(), scales[r].data(), n});
+        std::vector<float> in;
+        for (int64_t t : picks[r]) {
+          in.insert(in.end(), x.begin() + t * kHidden,
+                    x.begin() + (t + 1) * kHidden);
+        }
+        const std::vector<float> y = RefMlp(in, n, mats[0], mats[1], mats[2]);
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t j = 0; j < kHidden; ++j) {
+            float& acc = want[static_cast<size_t>(picks[r][i] * kHidden + j)];
+            acc = std::fma(scales[r][i], y[i * kHidden + j], acc);
+          }
+        }
+      }
+      ASSERT_TRUE(d.RunExperts(dx, kHidden, runs, dout).ok()) << "call " << c;
+      EXPECT_LT(MaxRelativeError(Get(d, dout, rows * kHidden), want), 2e-2)
+          << "call " << c;
+    }
   } else if (op == "Rope") {
     for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kInterleaved}) {
       const int64_t heads = 3, head_dim = 16;
@@ -377,7 +452,7 @@ TEST_P(DeviceOps, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, DeviceOps,
                          ::testing::Values("Embedding", "RmsNorm",
-                                           "AddScaledZeroAndBias", "Linear",
+                                           "AddScaledZeroAndBias", "Linear", "RunExperts",
                                            "Mlp", "Rope", "Attend", "RouteTopK",
                                            "GatherAndScatterRows",
                                            "SigmoidGateAdd"),

@@ -296,8 +296,7 @@ class Engine {
   Scratch v_;       // [T, kv_dim]
   Scratch attn_;    // [T, q_dim]
   Scratch out_;     // [T, hidden] sublayer output
-  Scratch ex_in_;   // [rows, hidden] tokens gathered for one expert
-  Scratch ex_out_;  // [rows, hidden]
+  Scratch ex_out_;  // [rows, hidden] the shared expert's output
   Scratch router_logits_;  // [T, experts]
   Scratch logits_;  // [rows, vocab] when the device's memory is not the host's
   Scratch remote_dev_;  // [T * top_k, hidden] remote experts' rows on such a device

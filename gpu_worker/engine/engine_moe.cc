@@ -31,6 +31,7 @@ absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
   TANDEM_RETURN_IF_ERROR(RunLocalExperts(layer, lw, rows, route));
   if (lw.has_shared_expert) {
     const int64_t hidden = config().hidden_size;
+    TANDEM_RETURN_IF_ERROR(Grow(ex_out_, rows * hidden));
     TANDEM_RETURN_IF_ERROR(
         dev_->Mlp(lw.shared, FfnIn(), rows, ex_out_.data()));
     TANDEM_RETURN_IF_ERROR(dev_->SigmoidGateAdd(ex_out_.data(), FfnIn(),
@@ -135,35 +136,46 @@ absl::Status Engine::SubmitRemoteExperts(int64_t layer, MoeRoute& route) {
   return offload_->Submit(layer, route.jobs);
 }
 
+// The device's experts. Without the expert cache they are all resident and
+// run in one RunExperts call, which a GPU batches into grouped GEMMs. With
+// it, the cache hits run together first; each loaded expert then runs on
+// its own once its copy is issued, so the GPU computes one while the next
+// is still crossing the link (the loads' order is the plan's).
 absl::Status Engine::RunLocalExperts(int64_t layer, const LayerWeights& lw,
                                      int64_t rows, const MoeRoute& route) {
   const int64_t hidden = config().hidden_size;
   TANDEM_RETURN_IF_ERROR(dev_->Zero(FfnOut(), rows * hidden));
-  TANDEM_RETURN_IF_ERROR(Grow(ex_in_, rows * hidden));
-  TANDEM_RETURN_IF_ERROR(Grow(ex_out_, rows * hidden));
-  for (size_t i = 0; i < route.local_order.size(); ++i) {
+  const size_t count = route.local_order.size();
+  const size_t hits = cache_ != nullptr ? route.plan.gpu_hits.size() : count;
+  std::vector<ops::MlpWeights> cached(cache_ != nullptr ? count : 0);
+  std::vector<ExpertRun> runs;
+  runs.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
     const int e = route.local_order[i];
-    const std::vector<int64_t>& toks = route.tokens[static_cast<size_t>(e)];
-    const int64_t n = static_cast<int64_t>(toks.size());
-    ops::MlpWeights cached;
     const ops::MlpWeights* w = &lw.experts[static_cast<size_t>(e)];
     if (cache_ != nullptr) {
-      // Hits first, then the loads, as the plan runs them.
-      TANDEM_ASSIGN_OR_RETURN(cached, i < route.plan.gpu_hits.size()
-                                          ? cache_->Weights(layer, e)
-                                          : cache_->Load(layer, e));
-      w = &cached;
+      if (i == hits && !runs.empty()) {
+        TANDEM_RETURN_IF_ERROR(dev_->RunExperts(FfnIn(), hidden, runs, FfnOut()));
+        runs.clear();
+      }
+      TANDEM_ASSIGN_OR_RETURN(cached[i], i < hits ? cache_->Weights(layer, e)
+                                                  : cache_->Load(layer, e));
+      w = &cached[i];
     } else if (w->gate.rows() == 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "expert ", e, " of layer ", layer,
           " is not loaded here and the expert offload does not claim it"));
     }
-    TANDEM_RETURN_IF_ERROR(
-        dev_->GatherRows(FfnIn(), hidden, toks.data(), n, ex_in_.data()));
-    TANDEM_RETURN_IF_ERROR(dev_->Mlp(*w, ex_in_.data(), n, ex_out_.data()));
-    TANDEM_RETURN_IF_ERROR(dev_->ScatterAddRows(
-        ex_out_.data(), hidden, toks.data(),
-        route.weights[static_cast<size_t>(e)].data(), n, FfnOut()));
+    const std::vector<int64_t>& toks = route.tokens[static_cast<size_t>(e)];
+    runs.push_back({w, toks.data(), route.weights[static_cast<size_t>(e)].data(),
+                    static_cast<int64_t>(toks.size())});
+    if (i >= hits) {
+      TANDEM_RETURN_IF_ERROR(dev_->RunExperts(FfnIn(), hidden, runs, FfnOut()));
+      runs.clear();
+    }
+  }
+  if (!runs.empty()) {
+    TANDEM_RETURN_IF_ERROR(dev_->RunExperts(FfnIn(), hidden, runs, FfnOut()));
   }
   if (cache_ != nullptr) TANDEM_RETURN_IF_ERROR(cache_->Finish(route.plan));
   return absl::OkStatus();

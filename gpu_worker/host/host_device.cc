@@ -144,6 +144,25 @@ absl::Status HostDevice::ScatterAddRows(const float* x, int64_t width, const int
   return absl::OkStatus();
 }
 
+// One expert at a time: the fused MoE path of the CPU kernels (gather the
+// run's rows, one pass over the expert's weights for all of them).
+absl::Status HostDevice::RunExperts(const float* x, int64_t width,
+                                    const std::vector<ExpertRun>& runs, float* out) {
+  for (const ExpertRun& r : runs) {
+    if (r.n == 0) continue;
+    const size_t need = static_cast<size_t>(r.n * width);
+    if (expert_in_.size() < need) {
+      TANDEM_ASSIGN_OR_RETURN(expert_in_, HugePageArray::Allocate(need));
+      TANDEM_ASSIGN_OR_RETURN(expert_out_, HugePageArray::Allocate(need));
+    }
+    TANDEM_RETURN_IF_ERROR(GatherRows(x, width, r.rows, r.n, expert_in_.data()));
+    TANDEM_RETURN_IF_ERROR(Mlp(*r.weights, expert_in_.data(), r.n, expert_out_.data()));
+    TANDEM_RETURN_IF_ERROR(
+        ScatterAddRows(expert_out_.data(), width, r.rows, r.scales, r.n, out));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status HostDevice::SigmoidGateAdd(const float* x, const float* h, const float* gate,
                                         int64_t rows, int64_t width, float* out) {
   for (int64_t t = 0; t < rows; ++t) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_worker/kv/huge_page_array.h"
 #include "gpu_worker/engine/device.h"
 
 namespace tandem {
@@ -46,6 +47,8 @@ class HostDevice : public Device {
                           float* out) override;
   absl::Status ScatterAddRows(const float* x, int64_t width, const int64_t* rows,
                               const float* scales, int64_t n, float* out) override;
+  absl::Status RunExperts(const float* x, int64_t width, const std::vector<ExpertRun>& runs,
+                          float* out) override;
   absl::Status SigmoidGateAdd(const float* x, const float* h, const float* gate, int64_t rows,
                               int64_t width, float* out) override;
 
@@ -53,6 +56,7 @@ class HostDevice : public Device {
   bool prepared_ = false;
   std::vector<float> inv_freq_;
   ops::MlpScratch mlp_scratch_;
+  HugePageArray expert_in_, expert_out_;  // [rows, width] of one run
   std::vector<ops::DecodeQuery> decode_queries_;
 };
 
