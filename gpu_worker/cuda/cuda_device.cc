@@ -329,6 +329,21 @@ absl::Status CudaDevice::RmsNorm(const float* x, int64_t rows, int64_t dim, cons
   return absl::OkStatus();
 }
 
+absl::Status CudaDevice::RowSumSquares(const float* x, int64_t rows, int64_t dim, float* out) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchRowSumSquares(x, rows, dim, out, stream_.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::ScaleRms(float* x, int64_t rows, int64_t dim, const float* sumsq,
+                                  int64_t full_dim, float eps, const float* w) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  TANDEM_ASSIGN_OR_RETURN(const float* dw, Param(w));
+  TANDEM_LAUNCH_RETURN_IF_ERROR(
+      LaunchScaleRms(x, rows, dim, sumsq, full_dim, eps, dw, stream_.get()));
+  return absl::OkStatus();
+}
+
 absl::Status CudaDevice::AddScaled(const float* x, float scale, int64_t n, float* y) {
   TANDEM_RETURN_IF_ERROR(Use());
   TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchAddScaled(x, scale, n, y, stream_.get()));

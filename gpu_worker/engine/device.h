@@ -113,6 +113,15 @@ class Device {
   // out = x * rsqrt(mean(x^2) + eps) * w over rows of `dim` (out may be x).
   virtual absl::Status RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w,
                                float eps, float* out) = 0;
+  // out[r] = the sum of x[r, i]^2 over i < dim, for r < rows (out device
+  // memory): the first half of an RMSNorm whose row is split over
+  // tensor-parallel ranks (OLMoE's q/k norm over the whole projection).
+  virtual absl::Status RowSumSquares(const float* x, int64_t rows, int64_t dim, float* out) = 0;
+  // x[r, i] = w[i] * (x[r, i] / sqrt(sumsq[r] / full_dim + eps)) in place:
+  // the second half, once the ranks' sums are added (sumsq device memory,
+  // w a vector of the weights).
+  virtual absl::Status ScaleRms(float* x, int64_t rows, int64_t dim, const float* sumsq,
+                                int64_t full_dim, float eps, const float* w) = 0;
   // y += scale * x over n elements.
   virtual absl::Status AddScaled(const float* x, float scale, int64_t n, float* y) = 0;
   // y[r] += bias for r < rows, rows of `width` (bias a vector of the

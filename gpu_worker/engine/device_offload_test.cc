@@ -124,34 +124,13 @@ TEST_P(DeviceOffload, StreamedWeightsMatchResidentOnes) {
 // Two tensor-parallel ranks on devices with their own memory, summing
 // through the host's shared-memory group (a GPU's would be NCCL, tested
 // with two GPUs in nccl_all_reduce_test): the device's queued partial sums
-// are complete before each all-reduce. Rank 0's logits equal the single
+// are complete before each all-reduce, OLMoE's full q/k norm included (its
+// rows' squares are summed over the ranks through the device's ops). Rank 0's logits equal the single
 // host engine's within f32 rounding (the sums run in another order).
 TEST_P(DeviceOffload, TensorParallelRanksMatchOneHostRank) {
   auto host = OpenTestEngine(GetParam(), {});
   ASSERT_NE(host, nullptr);
   const std::vector<float> want = RunSteps(*host, false);
-  if (host->config().qk_norm == QkNorm::kFull) {
-    // A full q/k norm over ranks is the host device's alone for now: said
-    // at Create, before any peer is waited for.
-    struct TwoRanks : AllReduce {
-      int rank() const override { return 0; }
-      int size() const override { return 2; }
-      absl::Status Sum(float*, int64_t) override {
-        return absl::InternalError("not reached");
-      }
-    } group;
-    EngineOptions o;
-    o.device = [] {
-      return std::unique_ptr<Device>(new testing::SeparateMemoryDevice());
-    };
-    o.tensor_parallel = &group;
-    auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" +
-                                 GetParam());
-    ASSERT_TRUE(ckpt.ok());
-    EXPECT_EQ(Engine::Create(std::move(*ckpt), o).status().code(),
-              absl::StatusCode::kUnimplemented);
-    return;
-  }
   const std::string name = "/tandem-device-tp-" + std::to_string(getpid());
   std::vector<std::vector<float>> got(2);
   std::vector<std::thread> ranks;

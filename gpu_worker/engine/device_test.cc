@@ -208,6 +208,39 @@ void DeviceOps::Check(Device& d) {
       }
     }
     EXPECT_LT(MaxRelativeError(Get(d, dx, rows * kHidden), ref), 1e-5);
+  } else if (op == "ShardedRmsNorm") {
+    // This rank's half of rows of 2 * kHidden: its squares, then the norm
+    // with the other half's squares added in (here: 1.5 times its own).
+    const std::vector<float> x = Random(rows * kHidden, 3.0f);
+    float* dx = Put(d, x);
+    float* ss = Put(d, std::vector<float>(rows));
+    ASSERT_TRUE(d.RowSumSquares(dx, rows, kHidden, ss).ok());
+    std::vector<float> want_ss(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int64_t i = 0; i < kHidden; ++i)
+        sum += double{x[r * kHidden + i]} * x[r * kHidden + i];
+      want_ss[static_cast<size_t>(r)] = static_cast<float>(sum);
+    }
+    std::vector<float> got_ss = Get(d, ss, rows);
+    EXPECT_LT(MaxRelativeError(got_ss, want_ss), 1e-6);
+    for (float& v : got_ss) v *= 2.5f;
+    float* total = Put(d, got_ss);
+    ASSERT_TRUE(d.ScaleRms(dx, rows, kHidden, total, 2 * kHidden, 1e-5f,
+                           l.attn_norm.data())
+                    .ok());
+    std::vector<float> ref(x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      const double inv =
+          1.0 / std::sqrt(2.5 * want_ss[static_cast<size_t>(r)] /
+                              (2 * kHidden) +
+                          1e-5);
+      for (int64_t i = 0; i < kHidden; ++i) {
+        ref[r * kHidden + i] =
+            static_cast<float>(x[r * kHidden + i] * inv * l.attn_norm[i]);
+      }
+    }
+    EXPECT_LT(MaxRelativeError(Get(d, dx, rows * kHidden), ref), 1e-5);
   } else if (op == "AddScaledZeroAndBias") {
     const std::vector<float> x = Random(1000), y = Random(1000);
     float* dx = Put(d, x);
@@ -451,7 +484,7 @@ TEST_P(DeviceOps, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, DeviceOps,
-                         ::testing::Values("Embedding", "RmsNorm",
+                         ::testing::Values("Embedding", "RmsNorm", "ShardedRmsNorm",
                                            "AddScaledZeroAndBias", "Linear", "RunExperts",
                                            "Mlp", "Rope", "Attend", "RouteTopK",
                                            "GatherAndScatterRows",

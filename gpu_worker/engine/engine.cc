@@ -56,13 +56,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
     e->own_device_ = std::make_unique<HostDevice>();
   }
   e->dev_ = e->own_device_.get();
-  if (!e->dev_->host_memory() && options.tensor_parallel != nullptr &&
-      options.tensor_parallel->size() > 1 && c.qk_norm == QkNorm::kFull) {
-    // Its norm over the whole projection sums squares on the host.
-    return absl::UnimplementedError(absl::StrCat(
-        "device ", e->dev_->name(), " does not shard a model with a full q/k norm (", c.arch_name,
-        ") over ranks yet; the host device does"));
-  }
   TensorParallel tp;
   if (options.tensor_parallel != nullptr) {
     tp = {options.tensor_parallel->rank(), options.tensor_parallel->size()};
@@ -697,22 +690,13 @@ absl::Status Engine::ReduceOut(int64_t rows) {
 // the whole projection: each rank's sum of squares per row is all-reduced.
 absl::Status Engine::ShardedFullNorm(float* x, int64_t rows, int64_t dim, int64_t full_dim,
                                      const float* w) {
-  GrowHost(sumsq_, rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    double ss = 0;  // f32 squares summed in double, as ops::RmsNorm
-    for (int64_t i = 0; i < dim; ++i) {
-      ss += static_cast<double>(x[r * dim + i] * x[r * dim + i]);
-    }
-    sumsq_[static_cast<size_t>(r)] = static_cast<float>(ss);
-  }
+  TANDEM_RETURN_IF_ERROR(Grow(sumsq_, rows));
+  TANDEM_RETURN_IF_ERROR(dev_->RowSumSquares(x, rows, dim, sumsq_.data()));
+  // The sum reads device memory outside the device's queue (NCCL's own
+  // stream, or the host's shared memory).
+  if (!dev_->host_memory()) TANDEM_RETURN_IF_ERROR(dev_->Synchronize());
   TANDEM_RETURN_IF_ERROR(tp_->Sum(sumsq_.data(), rows));
-  const float eps = config().rms_norm_eps;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float inv =
-        1.0f / std::sqrt(sumsq_[static_cast<size_t>(r)] / static_cast<float>(full_dim) + eps);
-    for (int64_t i = 0; i < dim; ++i) x[r * dim + i] = w[i] * (x[r * dim + i] * inv);
-  }
-  return absl::OkStatus();
+  return dev_->ScaleRms(x, rows, dim, sumsq_.data(), full_dim, config().rms_norm_eps, w);
 }
 
 }  // namespace tandem

@@ -33,10 +33,9 @@ namespace tandem {
 struct EngineOptions {
   ops::ComputeType compute = ops::ComputeType::kBF16;  // honoured for bf16 checkpoints only
   // Makes the device activations, KV and resident weights live on and the
-  // ops run on; the engine owns it (null: the host device). A device
-  // without host memory (CUDA) shards models with a full q/k norm (OLMoE)
-  // over ranks only on the host device (Unimplemented at Create); with it,
-  // the expert and attention offloads' rows go through host copies,
+  // ops run on; the engine owns it (null: the host device). On a device
+  // without host memory (CUDA) the expert and attention offloads' rows go
+  // through host copies,
   // streamed FFN weights must be bf16 or f32 (the device computes the
   // staged bytes in place), and tensor_parallel must sum device memory.
   DeviceFactory device;
@@ -297,6 +296,7 @@ class Engine {
   Scratch attn_;    // [T, q_dim]
   Scratch out_;     // [T, hidden] sublayer output
   Scratch ex_out_;  // [rows, hidden] the shared expert's output
+  Scratch sumsq_;   // [T] ShardedFullNorm's row statistics
   Scratch router_logits_;  // [T, experts]
   Scratch logits_;  // [rows, vocab] when the device's memory is not the host's
   Scratch remote_dev_;  // [T * top_k, hidden] remote experts' rows on such a device
@@ -318,7 +318,6 @@ class Engine {
   int64_t step_gpu_rows_ = 0;       // this step's n_g: rows whose CC part runs on the device
   DeviceMemory cg_prime_;           // the CC weights copied for those rows (own-memory device)
   Scratch cg_out_;                  // [n_g, hidden] their CC part's output
-  std::vector<float> sumsq_;          // [T] ShardedFullNorm's row statistics
 };
 
 }  // namespace tandem

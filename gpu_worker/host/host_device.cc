@@ -66,6 +66,24 @@ absl::Status HostDevice::RmsNorm(const float* x, int64_t rows, int64_t dim, cons
   return absl::OkStatus();
 }
 
+absl::Status HostDevice::RowSumSquares(const float* x, int64_t rows, int64_t dim, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;  // f32 squares summed in double, as ops::RmsNorm
+    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(x[r * dim + i] * x[r * dim + i]);
+    out[r] = static_cast<float>(ss);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostDevice::ScaleRms(float* x, int64_t rows, int64_t dim, const float* sumsq,
+                                  int64_t full_dim, float eps, const float* w) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv = 1.0f / std::sqrt(sumsq[r] / static_cast<float>(full_dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) x[r * dim + i] = w[i] * (x[r * dim + i] * inv);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status HostDevice::AddScaled(const float* x, float scale, int64_t n, float* y) {
   ops::AddScaled(x, scale, n, y);
   return absl::OkStatus();

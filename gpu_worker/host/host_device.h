@@ -30,6 +30,9 @@ class HostDevice : public Device {
                          float* out) override;
   absl::Status RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                        float* out) override;
+  absl::Status RowSumSquares(const float* x, int64_t rows, int64_t dim, float* out) override;
+  absl::Status ScaleRms(float* x, int64_t rows, int64_t dim, const float* sumsq, int64_t full_dim,
+                        float eps, const float* w) override;
   absl::Status AddScaled(const float* x, float scale, int64_t n, float* y) override;
   absl::Status AddBias(const float* bias, int64_t rows, int64_t width, float* y) override;
   absl::Status Zero(float* x, int64_t n) override;

@@ -13,6 +13,14 @@ namespace tandem::cuda {
 int LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                   float* out, void* stream);
 
+// The two halves of an RMSNorm whose rows are split over tensor-parallel
+// ranks, the ranks' sums added in between: out[r] = sum of x[r, :]^2 (f32
+// squares summed in double, as the host device), then x[r, :] = w * (x[r, :]
+// / sqrt(sumsq[r] / full_dim + eps)) in place.
+int LaunchRowSumSquares(const float* x, int64_t rows, int64_t dim, float* out, void* stream);
+int LaunchScaleRms(float* x, int64_t rows, int64_t dim, const float* sumsq, int64_t full_dim,
+                   float eps, const float* w, void* stream);
+
 }  // namespace tandem::cuda
 
 #endif  // TANDEM_GPU_WORKER_CUDA_KERNELS_RMS_NORM_H_
