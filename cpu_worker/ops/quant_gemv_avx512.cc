@@ -6,6 +6,8 @@
 // dot product is exact and costs one instruction per 64 weights.
 #include "cpu_worker/ops/quant_gemv_kernels.h"
 
+#include <algorithm>
+
 #include "common/quant.h"
 #include "cpu_worker/ops/dequant_bf16.h"
 #include "cpu_worker/ops/intrinsics.h"
@@ -18,7 +20,7 @@ namespace {
 
 // Software prefetch, into the level L of the kernels' template argument
 // (stream_prefetch.h): each step fetches the same bytes of the row
-// kAheadTiles tiles (kAheadTiles * R rows) further on. With R rows streamed
+// AheadRows() further on, at least kAheadTiles tiles (kAheadTiles * R rows). With R rows streamed
 // at once the hardware prefetchers alone left a cold (DRAM) pass ~20%
 // slower in linear_bench; fetching 512 bytes ahead in the same row made up
 // for it on an Emerald Rapids VM. On a Zen 4 VM the rows two tiles ahead
@@ -76,16 +78,34 @@ TANDEM_VNNI inline void LoadPair(const uint8_t* row, int64_t pair, __m512i& wv, 
 }
 
 // acc[r][c] += pair `g` of weight row j0 + r times pair `g` of x row i0 + c.
+// Rows ahead that a tile of R rows prefetches: two tiles, and for rows
+// shorter than 4 KiB (Q8_0 at k = 2048 is 2176 bytes, Q4_0 1152) as many
+// whole tiles as make ~128 KiB, since two tiles of short rows are fetched
+// too late to hide DRAM. Cold linear_bench at k = 2048, 2 threads,
+// alternating runs: Q8_0 one row 26.7-28.8 -> 29.4-30.2 GB/s (sweep 31-32),
+// four rows 18.0-18.6 -> 21.7-21.9, Q4_0 one row 19.6-24.3 -> 27.5; at
+// k = 4096 no change, at k = 5632 (5984-byte rows) three tiles read ~5%
+// less than two, so long rows keep two.
+constexpr int64_t kShortRowBytes = 4096;
+constexpr int64_t kShortRowAheadBytes = 128 * 1024;
+
+template <int R>
+inline int64_t AheadRows(int64_t row_bytes) {
+  if (row_bytes >= kShortRowBytes) return kAheadTiles * R;
+  const int64_t tile_bytes = R * row_bytes;
+  return std::max<int64_t>(kAheadTiles, (kShortRowAheadBytes + tile_bytes - 1) / tile_bytes) * R;
+}
+
 template <DType T, int R, int C, bool kSingle, PrefetchLevel L>
 TANDEM_VNNI inline void Step(const Task& t, const Act512* a0, int64_t j0, int64_t g,
-                             __m512 (&acc)[R][C]) {
+                             __m512 (&acc)[R][C], int64_t ahead) {
   __m512i wv[R];
   __m128 d[R], m[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     const uint8_t* row = t.w + (j0 + r) * t.row_bytes;
-    if (j0 + kAheadTiles * R + r < t.n) {
-      PrefetchLine<L>(row + kAheadTiles * R * t.row_bytes + g * 2 * sizeof(QuantBlock<T>));
+    if (j0 + ahead + r < t.n) {
+      PrefetchLine<L>(row + ahead * t.row_bytes + g * 2 * sizeof(QuantBlock<T>));
     }
     LoadPair<T, kSingle>(row, g, wv[r], d[r], m[r]);
   }
@@ -142,8 +162,9 @@ TANDEM_VNNI void Tile(const Task& t, int64_t j0, int64_t i0) {
   }
   const Act512* a0 = static_cast<const Act512*>(t.acts) + i0 * t.act_stride;
   const int64_t full = t.groups - (t.odd_blocks ? 1 : 0);
-  for (int64_t g = 0; g < full; ++g) Step<T, R, C, false, L>(t, a0, j0, g, acc);
-  if (t.odd_blocks) Step<T, R, C, true, L>(t, a0, j0, full, acc);
+  const int64_t ahead = AheadRows<R>(t.row_bytes);
+  for (int64_t g = 0; g < full; ++g) Step<T, R, C, false, L>(t, a0, j0, g, acc, ahead);
+  if (t.odd_blocks) Step<T, R, C, true, L>(t, a0, j0, full, acc, ahead);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     const float b = t.bias != nullptr ? t.bias[j0 + r] : 0.0f;
