@@ -37,12 +37,12 @@ std::string RunCommand(const std::string& cmd, int* status) {
 }
 
 json Bench(const std::string& kind, const std::string& extra, int layers = 2,
-           const std::string& env = "") {
+           const std::string& env = "", const std::string& batches = "1,4") {
   const std::string cmd = env + std::string(TANDEM_BINARY) + " bench --synthetic " + kind +
                           " --hidden 64 --layers " + std::to_string(layers) +
                           " --intermediate 128 --heads 4 --kv-heads 2"
-                          " --vocab 256 --repeats 1 --pp 16,32 --batches 1,4 --context 16"
-                          " --tg-tokens 4 --decode-steps 2 --attn-contexts 64,256"
+                          " --vocab 256 --repeats 1 --pp 16,32 --batches " + batches +
+                          " --context 16 --tg-tokens 4 --decode-steps 2 --attn-contexts 64,256"
                           " --bandwidth-mib 8 --attn-mib 1 --gemm-size 256 --threads 1 --json " +
                           extra;
   int status = -1;
@@ -86,7 +86,16 @@ void ExpectFigure(const json& f, const std::string& where, bool moe, const json&
   EXPECT_EQ(f.value("read_gbs_source", ""), "sampled") << where;
   EXPECT_GT(f.value("read_gbs", 0.0), 0) << where;
   const double mem_s = f.value("bytes_per_unit", 0.0) / (f.value("read_gbs", 0.0) * 1e9);
-  const double compute_s = f.value("flops_per_unit", 0.0) / (f.value("peak_gflops", 0.0) * 1e9);
+  // Routed experts with few rows each take their own kernel's peak.
+  double compute_s = f.value("flops_per_unit", 0.0) / (f.value("peak_gflops", 0.0) * 1e9);
+  if (f.contains("expert_peak")) {
+    ExpectClose(f.value("expert_peak_gflops", 0.0),
+                roofline.value(f.value("expert_peak", "") + "_gflops", 0.0), where + " expert peak");
+    const double expert = f.value("expert_flops_per_unit", 0.0);
+    EXPECT_GT(expert, 0) << where;
+    compute_s = (f.value("flops_per_unit", 0.0) - expert) / (f.value("peak_gflops", 0.0) * 1e9) +
+                expert / (f.value("expert_peak_gflops", 0.0) * 1e9);
+  }
   ExpectClose(f.value("roofline_memory_s", 0.0), mem_s, where + " memory roofline");
   ExpectClose(f.value("roofline_compute_s", 0.0), compute_s, where + " compute roofline");
   EXPECT_EQ(f.value("bound", ""), mem_s >= compute_s ? "memory" : "compute") << where;
@@ -161,6 +170,21 @@ TEST(BenchCliTest, MoeQ8) {
   EXPECT_EQ(j["tg"].value("experts_source", ""), "exact");
   EXPECT_EQ(j["decode"][0].value("experts_source", ""), "router");
   EXPECT_DOUBLE_EQ(j["decode"][0].value("experts_per_layer", 0.0), 2.0);  // B = 1
+  EXPECT_FALSE(j["decode"][1].contains("expert_peak")) << "B = 4: all of it on int8";
+}
+
+// At B = 16 the batch's dense part is past the int8 kernel's rows but each
+// of the 4 experts sees about 16 * 2 / 4 = 8: its FLOPs are held against
+// the int8 peak, the rest against the dequantizing kernel's.
+TEST(BenchCliTest, MoeQ8ExpertsKeepTheInt8PeakInALargeBatch) {
+  const json j = Bench("moe", "--dtype q8_0 --experts 4 --top-k 2", 2, "", "1,16");
+  ExpectReport(j, true);
+  const json& d = j["decode"][1];
+  EXPECT_EQ(d.value("sequences", 0), 16);
+  ASSERT_DOUBLE_EQ(d.value("experts_per_layer", 0.0), 4.0);
+  EXPECT_EQ(d.value("expert_peak", ""), "int8");
+  EXPECT_NE(d.value("peak", ""), "int8");
+  EXPECT_GT(d.value("expert_flops_per_unit", 0.0), 0.5 * d.value("flops_per_unit", 0.0));
 }
 
 // A weight budget below the model streams the last layers' FFNs; the

@@ -44,6 +44,11 @@ ordered_json FigureJson(const Figure& f, int64_t l3_bytes) {
   j["tokens_per_unit"] = f.unit_tokens;
   j["peak"] = PeakKindName(f.peak_kind);
   j["peak_gflops"] = f.peak_gflops;
+  if (f.expert_peak_differs) {
+    j["expert_flops_per_unit"] = f.work.expert_flops;
+    j["expert_peak"] = PeakKindName(f.expert_peak_kind);
+    j["expert_peak_gflops"] = f.expert_peak_gflops;
+  }
   j["read_gbs"] = f.read_gbs;
   j["read_gbs_source"] = f.sampled_read_gbs > 0 ? "sampled" : "peak";
   j["roofline_memory_s"] = f.roofline.memory_seconds;
@@ -230,6 +235,14 @@ std::string ReportTable(const BenchReport& r) {
        "tokens/s = sequences' decode tokens per second)\n"
        "  (*: the unit reads less than 4x the L3, so part of it may come from the cache and the "
        "DRAM roofline is no bound)\n";
+  for (const Figure& f : r.engine.decode) {
+    if (!f.expert_peak_differs) continue;
+    absl::StrAppendFormat(&s,
+                          "  (decode B=%d: the routed experts' %s of the FLOPs/u at the %s peak, "
+                          "their few rows each taking that kernel; the rest at %s)\n",
+                          f.sequences, Si(f.work.expert_flops, "F"),
+                          PeakKindName(f.expert_peak_kind), PeakKindName(f.peak_kind));
+  }
   return s;
 }
 

@@ -83,6 +83,11 @@ struct Figure {
   double unit_tokens = 0;               // tokens one unit produces
   PeakKind peak_kind = PeakKind::kF32;  // which GEMM peak bounds its compute
   double peak_gflops = 0;               // the compute peak the figure is held against
+  // The routed experts' own peak (work.expert_flops), where their few rows
+  // each take another kernel than the batch's dense part; else peak_kind's.
+  PeakKind expert_peak_kind = PeakKind::kF32;
+  bool expert_peak_differs = false;
+  double expert_peak_gflops = 0;
   double sampled_read_gbs = 0;          // median bandwidth sampled after its runs (0: none)
   double read_gbs = 0;                  // the bandwidth its memory roofline is drawn with
   Roofline roofline;                    // of one unit
@@ -96,13 +101,15 @@ struct Figure {
   std::string experts_source;
 };
 
-// Fills read_gbs, peak_gflops, roofline, roofline_rate and fraction from
-// work, unit_tokens, peak_kind, rate and sampled_read_gbs (the bandwidth
+// Fills read_gbs, peak_gflops, expert_peak_gflops, roofline, roofline_rate
+// and fraction from work, unit_tokens, the peak kinds, rate and
+// sampled_read_gbs (the bandwidth
 // sampled after the figure's runs where there is one, else the peak's).
 inline void Score(Figure& f, const Peaks& peaks) {
   f.read_gbs = f.sampled_read_gbs > 0 ? f.sampled_read_gbs : peaks.read_gbs;
   f.peak_gflops = PeakOf(peaks, f.peak_kind);
-  f.roofline = RooflineOf(f.work, f.read_gbs, f.peak_gflops);
+  f.expert_peak_gflops = f.expert_peak_differs ? PeakOf(peaks, f.expert_peak_kind) : 0;
+  f.roofline = RooflineOf(f.work, f.read_gbs, f.peak_gflops, f.expert_peak_gflops);
   const double s = f.roofline.seconds();
   f.roofline_rate = s > 0 ? f.unit_tokens / s : 0;
   f.fraction = f.roofline_rate > 0 ? f.rate.median / f.roofline_rate : 0;

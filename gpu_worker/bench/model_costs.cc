@@ -84,9 +84,10 @@ absl::StatusOr<ModelCosts> ComputeModelCosts(const Checkpoint& ckpt, const Model
 Work PrefillWork(const ModelCosts& c, int64_t n, double experts_read) {
   const double tokens = static_cast<double>(n);
   Work w;
+  w.expert_flops =
+      2.0 * tokens * static_cast<double>(c.experts_per_tok * c.moe_layers * c.expert_params);
   w.flops = 2.0 * tokens * static_cast<double>(c.dense_params) +
-            2.0 * static_cast<double>(c.lm_head_params) +
-            2.0 * tokens * static_cast<double>(c.experts_per_tok * c.moe_layers * c.expert_params) +
+            2.0 * static_cast<double>(c.lm_head_params) + w.expert_flops +
             // Causal: token i attends over i + 1 keys.
             static_cast<double>(c.attn_flops_per_key) * tokens * (tokens + 1) / 2;
   w.bytes = static_cast<double>(c.dense_bytes + c.lm_head_bytes) +
@@ -100,8 +101,8 @@ Work PrefillWork(const ModelCosts& c, int64_t n, double experts_read) {
 Work DecodeWork(const ModelCosts& c, int64_t batch, double keys, double experts_read) {
   const double b = static_cast<double>(batch);
   Work w;
-  w.flops = 2.0 * b * static_cast<double>(c.dense_params + c.lm_head_params) +
-            2.0 * b * static_cast<double>(c.experts_per_tok * c.moe_layers * c.expert_params) +
+  w.expert_flops = 2.0 * b * static_cast<double>(c.experts_per_tok * c.moe_layers * c.expert_params);
+  w.flops = 2.0 * b * static_cast<double>(c.dense_params + c.lm_head_params) + w.expert_flops +
             static_cast<double>(c.attn_flops_per_key) * b * keys;
   w.bytes = static_cast<double>(c.dense_bytes + c.lm_head_bytes) +
             experts_read * static_cast<double>(c.expert_bytes) +
@@ -116,10 +117,17 @@ double ExpectedDistinctExperts(int64_t experts, int64_t k, int64_t tokens) {
   return e * (1.0 - std::pow(1.0 - static_cast<double>(k) / e, static_cast<double>(tokens)));
 }
 
-Roofline RooflineOf(const Work& work, double bandwidth_gbs, double peak_gflops) {
+Roofline RooflineOf(const Work& work, double bandwidth_gbs, double peak_gflops,
+                    double expert_peak_gflops) {
   Roofline r;
   if (bandwidth_gbs > 0) r.memory_seconds = work.bytes / (bandwidth_gbs * 1e9);
-  if (peak_gflops > 0) r.compute_seconds = work.flops / (peak_gflops * 1e9);
+  if (peak_gflops <= 0) return r;
+  if (expert_peak_gflops <= 0) {
+    r.compute_seconds = work.flops / (peak_gflops * 1e9);
+  } else {
+    r.compute_seconds = (work.flops - work.expert_flops) / (peak_gflops * 1e9) +
+                        work.expert_flops / (expert_peak_gflops * 1e9);
+  }
   return r;
 }
 

@@ -42,6 +42,9 @@ absl::StatusOr<ModelCosts> ComputeModelCosts(const Checkpoint& ckpt, const Model
 struct Work {
   double flops = 0;
   double bytes = 0;
+  // The part of flops in routed experts: they may run on another kernel
+  // than the rest (a few rows each, where the batch has many).
+  double expert_flops = 0;
 };
 
 // A fresh sequence's prefill of n tokens in one step (logits of the last
@@ -58,7 +61,8 @@ Work DecodeWork(const ModelCosts& c, int64_t batch, double keys, double experts_
 double ExpectedDistinctExperts(int64_t experts, int64_t k, int64_t tokens);
 
 // The best time the machine allows for `work`: the slower of streaming its
-// bytes at `bandwidth_gbs` and computing its FLOPs at `peak_gflops`.
+// bytes at `bandwidth_gbs` and computing its FLOPs at `peak_gflops`, its
+// expert FLOPs at `expert_peak_gflops` where that is given (> 0).
 struct Roofline {
   double memory_seconds = 0;
   double compute_seconds = 0;
@@ -67,7 +71,8 @@ struct Roofline {
   }
   const char* bound() const { return memory_seconds >= compute_seconds ? "memory" : "compute"; }
 };
-Roofline RooflineOf(const Work& work, double bandwidth_gbs, double peak_gflops);
+Roofline RooflineOf(const Work& work, double bandwidth_gbs, double peak_gflops,
+                    double expert_peak_gflops = 0);
 
 }  // namespace tandem::bench
 

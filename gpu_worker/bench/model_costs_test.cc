@@ -108,6 +108,11 @@ TEST(ModelCostsTest, ExpectedExpertsAndRoofline) {
   const Roofline cmp = RooflineOf({1e12, 1e6}, 10, 100);
   EXPECT_STREQ(cmp.bound(), "compute");
   EXPECT_DOUBLE_EQ(cmp.seconds(), 10.0);
+  // 4e11 of the 1e12 FLOPs in experts at a 50 GFLOP/s kernel: 6 s + 8 s.
+  const Roofline split = RooflineOf({1e12, 1e6, 4e11}, 10, 100, 50);
+  EXPECT_DOUBLE_EQ(split.compute_seconds, 14.0);
+  // Without an expert peak the experts run at the figure's.
+  EXPECT_DOUBLE_EQ(RooflineOf({1e12, 1e6, 4e11}, 10, 100).compute_seconds, 10.0);
 }
 
 TEST(EngineBenchTest, EngineOptionsHoldEverySequence) {
