@@ -20,6 +20,7 @@
 #include "gpu_worker/cuda/kernels/prefill_attention.h"
 #include "gpu_worker/cuda/kernels/rms_norm.h"
 #include "gpu_worker/cuda/kernels/row_ops.h"
+#include "gpu_worker/cuda/kernels/sampling.h"
 #include "gpu_worker/engine/model_weights.h"
 #include "gpu_worker/engine/pinned_ranges.h"
 
@@ -491,6 +492,19 @@ absl::Status CudaDevice::RouteTopK(const float* logits, int64_t n, int64_t exper
   TANDEM_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(weights, route_w_.data(), out, cudaMemcpyDeviceToHost, stream_.get()));
   return stream_.Synchronize();
+}
+
+absl::Status CudaDevice::GreedyPick(const float* logits, int64_t rows, int64_t vocab,
+                                    int32_t* ids, float* logprobs) {
+  TANDEM_RETURN_IF_ERROR(Use());
+  if (rows == 0) return absl::OkStatus();
+  const size_t bytes = static_cast<size_t>(rows) * 4;
+  TANDEM_RETURN_IF_ERROR(Reserve(pick_ids_, bytes));
+  TANDEM_RETURN_IF_ERROR(Reserve(pick_logprobs_, bytes));
+  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchGreedyPick(logits, rows, vocab, pick_ids_.as<int32_t>(),
+                                                 pick_logprobs_.as<float>(), stream_.get()));
+  TANDEM_RETURN_IF_ERROR(CopyToHost(pick_ids_.data(), bytes, ids));
+  return CopyToHost(pick_logprobs_.data(), bytes, logprobs);
 }
 
 absl::Status CudaDevice::GatherRows(const float* x, int64_t width, const int64_t* rows,

@@ -60,6 +60,8 @@ class CudaDevice final : public Device {
                       const std::vector<AttentionChunk>& chunks, float* out) override;
   absl::Status RouteTopK(const float* logits, int64_t n, int64_t experts, int64_t k,
                          bool renormalize, int32_t* ids, float* weights) override;
+  absl::Status GreedyPick(const float* logits, int64_t rows, int64_t vocab, int32_t* ids,
+                          float* logprobs) override;
   absl::Status GatherRows(const float* x, int64_t width, const int64_t* rows, int64_t n,
                           float* out) override;
   absl::Status ScatterAddRows(const float* x, int64_t width, const int64_t* rows,
@@ -135,6 +137,7 @@ class CudaDevice final : public Device {
   DeviceBuffer expert_in_, expert_out_;  // [rows, width] of RunExperts, grouped by run
   DeviceBuffer group_ptrs_;       // RunExperts' grouped GEMMs' pointer arrays, three
   DeviceBuffer route_ids_, route_w_;  // [n, k] of RouteTopK
+  DeviceBuffer pick_ids_, pick_logprobs_;  // [rows] of GreedyPick
 };
 
 }  // namespace tandem::cuda

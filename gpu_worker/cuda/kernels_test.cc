@@ -20,6 +20,7 @@
 #include "cpu_worker/ops/elementwise.h"
 #include "cpu_worker/ops/rope.h"
 #include "cpu_worker/ops/router.h"
+#include "cpu_worker/ops/sampling.h"
 #include "cpu_worker/ops/linear.h"
 #include "gpu_worker/cuda/cublas_gemm.h"
 #include "gpu_worker/cuda/cuda_resources.h"
@@ -501,6 +502,22 @@ void CheckArgmax(std::mt19937& rng, ActType t) {
   EXPECT_EQ(Download<int32_t>(ids, rows), want);
   EXPECT_EQ(want[1], 500);
   EXPECT_EQ(want[2], 0);
+  // Greedy pick: the same ids and the host's log-probs of them (the NaN
+  // row's is NaN on both sides).
+  DeviceBytes ids2(rows * 4), lps(rows * 4);
+  ASSERT_EQ(LaunchGreedyPick(dl->as<float>(), rows, vocab, ids2.as<int32_t>(), lps.as<float>(),
+                             nullptr),
+            0);
+  EXPECT_EQ(Download<int32_t>(ids2, rows), want);
+  const std::vector<float> got = Download<float>(lps, rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float ref = ops::LogProb(l.f32.data() + r * vocab, vocab, want[r]);
+    if (std::isnan(ref)) {
+      EXPECT_TRUE(std::isnan(got[r])) << r;
+    } else {
+      EXPECT_NEAR(got[r], ref, 1e-6 * std::max(1.0f, std::fabs(ref))) << r;
+    }
+  }
 }
 
 void CheckGemm(std::mt19937& rng, ActType t) {

@@ -151,6 +151,11 @@ class Device {
   // written to host memory.
   virtual absl::Status RouteTopK(const float* logits, int64_t n, int64_t experts, int64_t k,
                                  bool renormalize, int32_t* ids, float* weights) = 0;
+  // Greedy sampling of logits [rows, vocab]: ids[r] = ops::ArgMax of row r,
+  // logprobs[r] = ops::LogProb of it (ids and logprobs host memory, written
+  // once the ops before have run).
+  virtual absl::Status GreedyPick(const float* logits, int64_t rows, int64_t vocab, int32_t* ids,
+                                  float* logprobs) = 0;
   // out[i] = x[rows[i]] for i < n, rows of `width`.
   virtual absl::Status GatherRows(const float* x, int64_t width, const int64_t* rows, int64_t n,
                                   float* out) = 0;

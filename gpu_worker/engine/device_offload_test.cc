@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/checkpoint.h"
+#include "cpu_worker/ops/sampling.h"
 #include "gpu_worker/engine/attention_offload.h"
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/local_attention_offload.h"
@@ -262,6 +263,69 @@ TEST_P(DeviceOffload, PrefillTokensOnTheDeviceMatchTheWholeMlp) {
     EXPECT_EQ(Engine::Create(std::move(*ckpt), o).status().code(),
               absl::StatusCode::kInvalidArgument)
         << n_g;
+  }
+}
+
+// Greedy decoding of two sequences (a prefill, then each step's picks fed
+// back), every chunk greedy_only or none: on a device with its own memory
+// the first picks on the device and returns ids and log-probs without
+// logits, the second copies the logits for the host to pick from; both
+// must choose the same tokens with the same log-probs. A step with one
+// chunk that wants its logits returns logits.
+TEST_P(DeviceOffload, GreedyStepsPickOnTheDevice) {
+  struct Picks {
+    std::vector<int32_t> ids;
+    std::vector<float> logprobs;
+    int device_steps = 0;  // steps that returned greedy_ids
+  };
+  auto decode = [](Engine& e, bool greedy_only) {
+    Picks p;
+    std::vector<SequenceChunk> batch = {{0, {3, 14, 15, 92, 65, 35, 89}, 0},
+                                        {1, {79, 32, 38, 46}, 0}};
+    for (int step = 0; step < 4; ++step) {
+      for (SequenceChunk& s : batch) s.greedy_only = greedy_only;
+      auto r = e.Step(batch);
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) return p;
+      const bool picked = !r->greedy_ids.empty();
+      p.device_steps += picked ? 1 : 0;
+      EXPECT_EQ(r->logits.empty(), picked);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const int32_t id = picked ? r->greedy_ids[i] : ops::ArgMax(r->Row(i), r->vocab);
+        p.ids.push_back(id);
+        p.logprobs.push_back(picked ? r->greedy_logprobs[i]
+                                    : ops::LogProb(r->Row(i), r->vocab, id));
+        batch[i].start_pos += static_cast<int64_t>(batch[i].tokens.size());
+        batch[i].tokens = {id};
+      }
+    }
+    return p;
+  };
+  for (const testing::TestDevice& d : testing::TestDevicesNoting()) {
+    SCOPED_TRACE(d.name);
+    EngineOptions o;
+    o.device = d.make;
+    auto full = OpenTestEngine(GetParam(), o);
+    auto greedy = OpenTestEngine(GetParam(), o);
+    ASSERT_NE(full, nullptr);
+    ASSERT_NE(greedy, nullptr);
+    const Picks want = decode(*full, false);
+    const Picks got = decode(*greedy, true);
+    EXPECT_EQ(want.device_steps, 0);
+    // The host device's logits are in host memory already: nothing to save.
+    EXPECT_EQ(got.device_steps, d.name == "host" ? 0 : 4);
+    EXPECT_EQ(got.ids, want.ids);
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+    for (size_t i = 0; i < want.logprobs.size(); ++i) {
+      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-5) << i;
+    }
+    // One chunk that wants its logits: the step returns logits.
+    std::vector<SequenceChunk> mixed = {{7, {5, 6, 7}, 0}, {8, {9, 10}, 0}};
+    mixed[0].greedy_only = true;
+    auto r = greedy->Step(mixed);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->greedy_ids.empty());
+    EXPECT_EQ(r->logits.size(), 2 * static_cast<size_t>(r->vocab));
   }
 }
 

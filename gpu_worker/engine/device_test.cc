@@ -19,6 +19,7 @@
 #include "cpu_worker/ops/attention.h"
 #include "cpu_worker/ops/rope.h"
 #include "cpu_worker/ops/router.h"
+#include "cpu_worker/ops/sampling.h"
 #include "gpu_worker/engine/model_weights.h"
 #include "gpu_worker/engine/testing/engine_test_util.h"
 #include "gpu_worker/engine/testing/test_devices.h"
@@ -424,6 +425,23 @@ void DeviceOps::Check(Device& d) {
       EXPECT_EQ(ids, ref_ids);
       EXPECT_LT(MaxRelativeError(wts, ref_w), 1e-5);
     }
+  } else if (op == "GreedyPick") {
+    // Random rows, one with a tie between two maxima (the lower index wins).
+    const int64_t vocab = 300;
+    std::vector<float> logits = Random(rows * vocab, 4.0f);
+    logits[2 * vocab + 17] = logits[2 * vocab + 250] = 40.0f;
+    float* dl = Put(d, logits);
+    std::vector<int32_t> ids(static_cast<size_t>(rows));
+    std::vector<float> lps(static_cast<size_t>(rows));
+    ASSERT_TRUE(d.GreedyPick(dl, rows, vocab, ids.data(), lps.data()).ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = logits.data() + r * vocab;
+      EXPECT_EQ(ids[static_cast<size_t>(r)], ops::ArgMax(row, vocab)) << r;
+      const float want = ops::LogProb(row, vocab, ops::ArgMax(row, vocab));
+      EXPECT_NEAR(lps[static_cast<size_t>(r)], want, 1e-6 * std::max(1.0f, std::fabs(want)))
+          << r;
+    }
+    EXPECT_EQ(ids[2], 17);
   } else if (op == "GatherAndScatterRows") {
     const std::vector<float> x = Random(rows * kHidden);
     float* dx = Put(d, x);
@@ -487,7 +505,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, DeviceOps,
                          ::testing::Values("Embedding", "RmsNorm", "ShardedRmsNorm",
                                            "AddScaledZeroAndBias", "Linear", "RunExperts",
                                            "Mlp", "Rope", "Attend", "RouteTopK",
-                                           "GatherAndScatterRows",
+                                           "GatherAndScatterRows", "GreedyPick",
                                            "SigmoidGateAdd"),
                          [](const auto& info) { return info.param; });
 

@@ -561,16 +561,29 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch,
   TANDEM_RETURN_IF_ERROR(dev_->GatherRows(x_.data(), hidden, kept.data(), rows, h_.data()));
   TANDEM_RETURN_IF_ERROR(dev_->RmsNorm(h_.data(), rows, hidden, weights_.output_norm.data(),
                                        c.rms_norm_eps, h_.data()));
-  r.logits.resize(static_cast<size_t>(rows * c.vocab_size));
+  const bool pick_on_device =
+      !dev_->host_memory() && std::all_of(batch.begin(), batch.end(), [](const SequenceChunk& s) {
+        return s.greedy_only && !s.all_logits;
+      });
   if (dev_->host_memory()) {
+    r.logits.resize(static_cast<size_t>(rows * c.vocab_size));
     TANDEM_RETURN_IF_ERROR(
         dev_->Linear(h_.data(), rows, weights_.lm_head, nullptr, r.logits.data()));
   } else {
     TANDEM_RETURN_IF_ERROR(Grow(logits_, rows * c.vocab_size));
     TANDEM_RETURN_IF_ERROR(
         dev_->Linear(h_.data(), rows, weights_.lm_head, nullptr, logits_.data()));
-    TANDEM_RETURN_IF_ERROR(
-        dev_->CopyToHost(logits_.data(), r.logits.size() * sizeof(float), r.logits.data()));
+    if (pick_on_device) {
+      // One row per chunk: none wants all of its rows.
+      r.greedy_ids.resize(static_cast<size_t>(rows));
+      r.greedy_logprobs.resize(static_cast<size_t>(rows));
+      TANDEM_RETURN_IF_ERROR(dev_->GreedyPick(logits_.data(), rows, c.vocab_size,
+                                              r.greedy_ids.data(), r.greedy_logprobs.data()));
+    } else {
+      r.logits.resize(static_cast<size_t>(rows * c.vocab_size));
+      TANDEM_RETURN_IF_ERROR(
+          dev_->CopyToHost(logits_.data(), r.logits.size() * sizeof(float), r.logits.data()));
+    }
   }
 
   for (const SequenceChunk& s : batch) {

@@ -101,10 +101,19 @@ struct SequenceChunk {
   // Attention and KV on the attention offload (Neo's CPU attention) instead
   // of the engine's own cache. A sequence keeps its placement until freed.
   bool cpu_attention = false;
+  // The caller takes only the argmax of the last row and its log-prob
+  // (greedy decoding, or a prompt chunk that samples nothing). When every
+  // chunk of a step says so and none wants all_logits, a device without
+  // host memory picks on the device and the step returns greedy_ids and
+  // greedy_logprobs instead of logits: two numbers per row over the link
+  // instead of the vocabulary.
+  bool greedy_only = false;
 };
 
 struct StepResult {
-  std::vector<float> logits;        // [rows, vocab]
+  std::vector<float> logits;        // [rows, vocab]; empty when greedy_ids is not
+  std::vector<int32_t> greedy_ids;  // per chunk, when the step was picked on the device
+  std::vector<float> greedy_logprobs;
   std::vector<int64_t> first_row;   // per chunk: its first row in `logits`
   std::vector<int64_t> num_rows;    // per chunk: 1, or its token count if all_logits
   int64_t vocab = 0;

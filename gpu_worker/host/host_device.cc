@@ -9,6 +9,7 @@
 #include "cpu_worker/ops/elementwise.h"
 #include "cpu_worker/ops/rope.h"
 #include "cpu_worker/ops/router.h"
+#include "cpu_worker/ops/sampling.h"
 
 namespace tandem {
 namespace {
@@ -145,6 +146,16 @@ absl::Status HostDevice::Attend(const ops::PagedKvLayer& kv, const float* q, con
 absl::Status HostDevice::RouteTopK(const float* logits, int64_t n, int64_t experts, int64_t k,
                                    bool renormalize, int32_t* ids, float* weights) {
   ops::RouteTopK(logits, n, experts, k, renormalize, ids, weights);
+  return absl::OkStatus();
+}
+
+absl::Status HostDevice::GreedyPick(const float* logits, int64_t rows, int64_t vocab,
+                                    int32_t* ids, float* logprobs) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * vocab;
+    ids[r] = ops::ArgMax(row, vocab);
+    logprobs[r] = ops::LogProb(row, vocab, ids[r]);
+  }
   return absl::OkStatus();
 }
 

@@ -46,6 +46,8 @@ class HostDevice : public Device {
                       const std::vector<AttentionChunk>& chunks, float* out) override;
   absl::Status RouteTopK(const float* logits, int64_t n, int64_t experts, int64_t k,
                          bool renormalize, int32_t* ids, float* weights) override;
+  absl::Status GreedyPick(const float* logits, int64_t rows, int64_t vocab, int32_t* ids,
+                          float* logprobs) override;
   absl::Status GatherRows(const float* x, int64_t width, const int64_t* rows, int64_t n,
                           float* out) override;
   absl::Status ScatterAddRows(const float* x, int64_t width, const int64_t* rows,

@@ -37,6 +37,18 @@ absl::Status StepExecutor::Validate(const proto::StepPlan& plan) const {
   return absl::OkStatus();
 }
 
+// True when SampleInto would need only the argmax of the chunk's last row
+// and its log-prob: greedy sampling with no logit bias and no top
+// log-probs, or a chunk that samples nothing (a prompt's earlier chunk) and
+// wants no prompt log-probs.
+bool StepExecutor::GreedyOnly(const proto::StepSequence& s) {
+  if (s.prompt_logprobs()) return false;
+  if (!s.sample()) return true;
+  const auto& sp = s.sampling();
+  return (sp.temperature() <= 0.0f || sp.top_k() == 1) && sp.logit_bias().empty() &&
+         sp.top_logprobs() == 0;
+}
+
 void StepExecutor::SampleInto(const float* logits, const proto::StepSequence& s,
                               proto::SequenceResult* out) {
   const int64_t vocab = engine_->config().vocab_size;
@@ -93,6 +105,7 @@ absl::StatusOr<proto::StepResult> StepExecutor::Run(const proto::StepPlan& plan)
     c.tokens.assign(s.tokens().begin(), s.tokens().end());
     c.start_pos = s.start_pos();
     c.all_logits = s.prompt_logprobs();
+    c.greedy_only = GreedyOnly(s);
     c.cpu_attention = s.cpu_attention();
     batch.push_back(std::move(c));
   }
@@ -112,7 +125,15 @@ absl::StatusOr<proto::StepResult> StepExecutor::Run(const proto::StepPlan& plan)
         out->add_prompt_logprobs(ops::LogProb(r.Row(i, j), r.vocab, batch[i].tokens[j + 1]));
       }
     }
-    if (s.sample()) SampleInto(r.Row(i), s, out);
+    if (!s.sample()) continue;
+    if (!r.greedy_ids.empty()) {
+      // Picked on the device: GreedyOnly(s) held, so this is SampleInto's
+      // token and log-prob without the logits.
+      out->set_token(r.greedy_ids[i]);
+      out->set_logprob(r.greedy_logprobs[i]);
+    } else {
+      SampleInto(r.Row(i), s, out);
+    }
   }
   result.set_prefill_gpu_rows(r.prefill_gpu_rows);
   if (const ExpertCache* cache = engine_->expert_cache(); cache != nullptr) {

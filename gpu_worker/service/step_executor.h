@@ -26,6 +26,7 @@ class StepExecutor {
 
  private:
   absl::Status Validate(const proto::StepPlan& plan) const;
+  static bool GreedyOnly(const proto::StepSequence& s);
   void SampleInto(const float* logits, const proto::StepSequence& s,
                   proto::SequenceResult* out);
 

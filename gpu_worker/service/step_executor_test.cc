@@ -9,16 +9,20 @@
 #include "common/checkpoint.h"
 #include "gpu_worker/engine/generator.h"
 #include "gpu_worker/engine/local_attention_offload.h"
+#include "gpu_worker/engine/testing/separate_memory_device.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem {
 namespace {
 
-std::unique_ptr<Engine> LoadEngine(const std::string& name) {
+std::unique_ptr<Engine> LoadEngine(const std::string& name, bool separate_memory = false) {
   auto ckpt = Checkpoint::Open(std::string(TANDEM_TESTDATA_DIR) + "/models/" + name);
   EXPECT_TRUE(ckpt.ok()) << ckpt.status();
   EngineOptions o;
+  if (separate_memory) {
+    o.device = [] { return std::unique_ptr<Device>(new testing::SeparateMemoryDevice()); };
+  }
   o.max_context = 128;
   o.max_sequences = 4;
   auto e = Engine::Create(std::move(*ckpt), o);
@@ -36,6 +40,52 @@ proto::StepSequence Seq(int64_t id, std::vector<int32_t> tokens, int64_t start, 
   s.set_generated(generated);
   s.mutable_sampling()->set_top_p(1.0f);
   return s;
+}
+
+// On a device with its own memory, greedy requests are picked on the
+// device (no logits cross to the host): the same tokens and log-probs as
+// the host device's, prompt chunks that sample nothing included; a request
+// that wants top log-probs still gets them from the logits.
+TEST(StepExecutor, GreedyPicksOnADeviceWithItsOwnMemoryMatchTheHost) {
+  StepExecutor host(LoadEngine("llama_f32"));
+  StepExecutor own(LoadEngine("llama_f32", /*separate_memory=*/true));
+  auto run = [](StepExecutor& ex, const proto::StepPlan& p) {
+    auto r = ex.Run(p);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : proto::StepResult();
+  };
+  proto::StepPlan p0;
+  *p0.add_sequences() = Seq(1, {5, 9, 13}, 0, false);
+  *p0.add_sequences() = Seq(2, {100, 3, 4, 8}, 0, true);
+  run(host, p0);
+  run(own, p0);
+  proto::StepPlan p1;
+  *p1.add_sequences() = Seq(1, {2, 7}, 3, true);
+  *p1.add_sequences() = Seq(2, {11}, 4, true, 1);
+  p1.mutable_sequences(1)->mutable_sampling()->set_top_logprobs(3);
+  for (int step = 0; step < 3; ++step) {
+    const proto::StepResult want = run(host, p1);
+    const proto::StepResult got = run(own, p1);
+    ASSERT_EQ(got.results_size(), 2);
+    ASSERT_EQ(want.results_size(), 2);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(got.results(i).token(), want.results(i).token()) << step << " " << i;
+      EXPECT_FLOAT_EQ(got.results(i).logprob(), want.results(i).logprob()) << step << " " << i;
+    }
+    EXPECT_EQ(got.results(1).top_ids_size(), step < 2 ? 3 : 0);
+    EXPECT_EQ(got.results(0).top_ids_size(), 0);
+    // Next step: each sequence's own pick, one token each.
+    for (int i = 0; i < 2; ++i) {
+      proto::StepSequence* s = p1.mutable_sequences(i);
+      const int64_t start = s->start_pos() + s->tokens_size();
+      s->clear_tokens();
+      s->add_tokens(want.results(i).token());
+      s->set_start_pos(start);
+      s->set_generated(s->generated() + 1);
+    }
+    // Alone, the greedy sequence's steps are picked on the device.
+    if (step == 1) p1.mutable_sequences(1)->mutable_sampling()->set_top_logprobs(0);
+  }
 }
 
 // Two requests decoded together through plans equal each one generated alone.
