@@ -4,7 +4,8 @@
 // forcing, so one near-tie cannot derail the rest). On a GPU each step's
 // logits must agree within bf16 rounding and the greedy token must be the
 // host's wherever the host's top two are not a near-tie; the host device
-// posing as one with separate memory must give the same bits. Where no GPU
+// posing as one with separate memory must give the same bits. Each step is
+// run again greedy_only, picked on the device. Where no GPU
 // is visible (or CUDA is not built) only the latter runs, and the test
 // says so.
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "common/checkpoint.h"
 #include "common/testing/checkpoint_writer.h"
 #include "common/testing/tiny_models.h"
+#include "cpu_worker/ops/sampling.h"
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/testing/test_devices.h"
 #include "gtest/gtest.h"
@@ -94,6 +96,20 @@ TEST_P(DeviceGreedy, MatchesTheHostDevice) {
           EXPECT_EQ(Argmax(hb, c.vocab_size), Argmax(ha, c.vocab_size))
               << "step " << step << " sequence " << s;
         }
+      }
+      // The same step again with every chunk greedy_only: from step 1 on
+      // (no chunk wants all its logits) a device with its own memory picks
+      // on the device, the argmax and log-prob of the logits it just gave.
+      std::vector<SequenceChunk> again = batch;
+      for (SequenceChunk& s : again) s.greedy_only = true;
+      auto g = (*gpu)->Step(again);
+      ASSERT_TRUE(g.ok()) << g.status();
+      EXPECT_EQ(g->greedy_ids.empty(), step == 0) << "step " << step;
+      for (size_t s = 0; s < g->greedy_ids.size(); ++s) {
+        const float* hb = b->Row(s);
+        EXPECT_EQ(g->greedy_ids[s], ops::ArgMax(hb, c.vocab_size)) << "step " << step;
+        EXPECT_NEAR(g->greedy_logprobs[s], ops::LogProb(hb, c.vocab_size, g->greedy_ids[s]), 1e-5)
+            << "step " << step;
       }
       len0 += static_cast<int64_t>(batch[0].tokens.size());
       len1 += static_cast<int64_t>(batch[1].tokens.size());

@@ -19,6 +19,7 @@
 #include "cpu_worker/ops/sampling.h"
 #include "gpu_worker/engine/attention_offload.h"
 #include "gpu_worker/engine/engine.h"
+#include "gpu_worker/engine/generator.h"
 #include "gpu_worker/engine/local_attention_offload.h"
 #include "gpu_worker/engine/local_expert_offload.h"
 #include "gpu_worker/engine/shm_all_reduce.h"
@@ -326,6 +327,42 @@ TEST_P(DeviceOffload, GreedyStepsPickOnTheDevice) {
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(r->greedy_ids.empty());
     EXPECT_EQ(r->logits.size(), 2 * static_cast<size_t>(r->vocab));
+  }
+}
+
+// Generate on the host device posing as one with its own memory: greedy
+// (picked on the device, the prompt's earlier chunks bringing back no
+// logits) and sampled with a temperature (logits to the host's sampler)
+// give the host's tokens and log-probs exactly. (A GPU's may part from the
+// host's at a near-tie; device_greedy_test checks its greedy picks.)
+TEST_P(DeviceOffload, GenerateOnEachDeviceMatchesTheHost) {
+  auto host = OpenTestEngine(GetParam(), {});
+  ASSERT_NE(host, nullptr);
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65, 35, 89, 79, 32};
+  for (float temperature : {0.0f, 0.8f}) {
+    GenerationParams p;
+    p.max_tokens = 6;
+    p.ignore_eos = true;
+    p.prefill_chunk = 4;  // three prompt chunks
+    p.sampling.temperature = temperature;
+    p.sampling.seed = 11;
+    auto want = Generate(*host, 1, prompt, p);
+    ASSERT_TRUE(want.ok()) << want.status();
+    for (const testing::TestDevice& d : testing::TestDevicesNoting()) {
+      if (d.name == "host" || testing::IsGpu(d)) continue;
+      SCOPED_TRACE(absl::StrCat(d.name, " temperature ", temperature));
+      EngineOptions o;
+      o.device = d.make;
+      auto engine = OpenTestEngine(GetParam(), o);
+      ASSERT_NE(engine, nullptr);
+      auto got = Generate(*engine, 1, prompt, p);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(got->tokens.size(), want->tokens.size());
+      for (size_t i = 0; i < want->tokens.size(); ++i) {
+        EXPECT_EQ(got->tokens[i].id, want->tokens[i].id) << i;
+        EXPECT_EQ(got->tokens[i].logprob, want->tokens[i].logprob) << i;
+      }
+    }
   }
 }
 

@@ -38,9 +38,26 @@ absl::StatusOr<GenerationResult> Generate(
   result.prompt_tokens = n_prompt;
   const int64_t vocab = engine.config().vocab_size;
 
+  // Greedy decoding needs only each step's argmax and its log-prob, which a
+  // device with its own memory picks on the device (SequenceChunk::
+  // greedy_only); the earlier prefill chunks' logits are not needed at all.
+  const bool greedy = params.sampling.temperature <= 0.0f || params.sampling.top_k == 1;
+  // The step's last row: its logits, or the token picked on the device.
+  std::vector<float> last_logits;
+  int32_t picked = -1;
+  float picked_logprob = 0;
+  auto keep = [&](const StepResult& r) {
+    if (!r.greedy_ids.empty()) {
+      picked = r.greedy_ids[0];
+      picked_logprob = r.greedy_logprobs[0];
+    } else {
+      picked = -1;
+      last_logits.assign(r.Row(0), r.Row(0) + vocab);
+    }
+  };
+
   // Chunked prefill: the last chunk's final logits give the first token.
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> last_logits;
   for (int64_t pos = 0; pos < n_prompt; pos += params.prefill_chunk) {
     const int64_t n = std::min(params.prefill_chunk, n_prompt - pos);
     SequenceChunk chunk;
@@ -48,8 +65,9 @@ absl::StatusOr<GenerationResult> Generate(
     chunk.start_pos = pos;
     chunk.tokens.assign(prompt.begin() + pos, prompt.begin() + pos + n);
     chunk.cpu_attention = params.cpu_attention;
+    chunk.greedy_only = greedy || pos + n < n_prompt;
     TANDEM_ASSIGN_OR_RETURN(StepResult r, engine.Step({chunk}));
-    if (pos + n == n_prompt) last_logits.assign(r.Row(0), r.Row(0) + vocab);
+    if (pos + n == n_prompt) keep(r);
   }
   result.prefill_seconds = SecondsSince(t0);
 
@@ -59,9 +77,14 @@ absl::StatusOr<GenerationResult> Generate(
   int64_t pos = n_prompt;
   for (int64_t i = 0; i < params.max_tokens; ++i) {
     GeneratedToken tok;
-    sampler.Reseed(ops::TokenSeed(params.sampling.seed, i));
-    tok.id = sampler.Sample(last_logits.data(), vocab);
-    tok.logprob = ops::LogProb(last_logits.data(), vocab, tok.id);
+    if (picked >= 0) {
+      tok.id = picked;  // what the greedy sampler takes from the logits
+      tok.logprob = picked_logprob;
+    } else {
+      sampler.Reseed(ops::TokenSeed(params.sampling.seed, i));
+      tok.id = sampler.Sample(last_logits.data(), vocab);
+      tok.logprob = ops::LogProb(last_logits.data(), vocab, tok.id);
+    }
     if (!params.ignore_eos &&
         std::find(params.eos_ids.begin(), params.eos_ids.end(), tok.id) != params.eos_ids.end()) {
       result.finish_reason = "stop";
@@ -79,8 +102,9 @@ absl::StatusOr<GenerationResult> Generate(
     chunk.start_pos = pos;
     chunk.tokens = {tok.id};
     chunk.cpu_attention = params.cpu_attention;
+    chunk.greedy_only = greedy;
     TANDEM_ASSIGN_OR_RETURN(StepResult r, engine.Step({chunk}));
-    last_logits.assign(r.Row(0), r.Row(0) + vocab);
+    keep(r);
     ++pos;
   }
   result.decode_seconds = SecondsSince(t0);
