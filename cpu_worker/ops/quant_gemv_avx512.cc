@@ -198,16 +198,22 @@ TANDEM_VNNI void RowGroup(const Task& t, int64_t j0) {
 // ~10% faster than four from DRAM (linear_bench, cold), no slower warm.
 // For 2-4 rows of x, four weight rows at a time read 15-28% more than two
 // (BM_QuantSmallBatchPaths, Q8_0, cold, 2 threads: 18.5 -> 21.3 GB/s at 2
-// rows, 14.4 -> 18.5 at 4); at 8 rows it did not beat the AMX kernel.
+// rows, 14.4 -> 18.5 at 4). Up to kFewMaxRows rows of x (every batch the
+// int8 path takes) the four weight rows pass them four at a time: at 8 rows
+// on the AMD EPYC VM (BM_Linear, 4096 x 4096, alternating) Q8_0 ran
+// 167-180 -> 221-243 GFLOP/s warm and 147-159 -> 183-199 cold, Q4_0
+// 166-189 -> 224-232 cold, Q4_1 the same within the noise; two weight rows
+// remain for more rows of x.
 constexpr int kR1 = 8;
 constexpr int kRFew = 4;
+constexpr int64_t kFewMaxRows = 8;
 
 template <DType T, PrefetchLevel L>
 TANDEM_VNNI void Rows(const Task& t, int64_t n0, int64_t n1) {
   int64_t j = n0;
   if (t.m == 1) {
     for (; j + kR1 <= n1; j += kR1) Tile<T, kR1, 1, L>(t, j, 0);
-  } else if (t.m <= 4) {
+  } else if (t.m <= kFewMaxRows) {
     for (; j + kRFew <= n1; j += kRFew) RowGroup<T, kRFew, L>(t, j);
   } else {
     for (; j + 2 <= n1; j += 2) RowGroup<T, 2, L>(t, j);

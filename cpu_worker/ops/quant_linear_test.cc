@@ -157,10 +157,12 @@ struct Shape {
 };
 // k: one block, odd block counts (the AVX-512 kernel's half pair), and not
 // multiples of 256; n odd and below/above the kernels' row groups (8 rows
-// for one row of x, 4 for 2-4, 2 above).
+// for one row of x, 4 for 2-8, 2 above); 5-8 rows of x in passes of 4 and
+// a remainder.
 const Shape kShapes[] = {{1, 1, 32},     {1, 7, 96},     {2, 33, 160},  {3, 5, 1056},
                          {8, 257, 1056}, {17, 31, 288},  {64, 19, 224}, {1, 129, 4128},
-                         {2, 64, 32},    {64, 65, 1024}, {5, 3, 64},    {4, 47, 352}};
+                         {2, 64, 32},    {64, 65, 1024}, {5, 3, 64},    {4, 47, 352},
+                         {6, 9, 96},     {7, 13, 160}};
 
 class QuantLinearTest : public ::testing::TestWithParam<DType> {};
 
