@@ -540,17 +540,14 @@ absl::Status CudaDevice::RunExperts(const float* x, int64_t width,
   TANDEM_RETURN_IF_ERROR(Use());
   std::vector<const void*> gate, up, down;
   std::vector<int32_t> offsets = {0}, token_of;
-  LinearView g0, d0;
+  LinearView g0;
   bool alike = true;
   for (const ExpertRun& r : runs) {
     if (r.n == 0) continue;
     TANDEM_ASSIGN_OR_RETURN(const LinearView g, Find(r.weights->gate));
     TANDEM_ASSIGN_OR_RETURN(const LinearView u, Find(r.weights->up));
     TANDEM_ASSIGN_OR_RETURN(const LinearView d, Find(r.weights->down));
-    if (gate.empty()) {
-      g0 = g;
-      d0 = d;
-    }
+    if (gate.empty()) g0 = g;
     alike = alike && g.type == g0.type && u.type == g0.type && d.type == g0.type &&
             g.n == g0.n && g.k == width && u.n == g0.n && u.k == width && d.n == width &&
             d.k == g0.n;
