@@ -384,7 +384,8 @@ int64_t PerformanceModel::CostliestLayer(const PolicyPoint& p) const {
              : kind_layer_[1];
 }
 
-double PerformanceModel::PrefillSeconds(const PolicyPoint& p) const {
+double PerformanceModel::PrefillSeconds(const PolicyPoint& p,
+                                        std::string* bottleneck) const {
   const ModelConfig& c = model_->config();
   const double ab = model_->options().activation_bytes_per_element;
   const double n_ub = static_cast<double>(p.num_micro_batches());
@@ -394,7 +395,7 @@ double PerformanceModel::PrefillSeconds(const PolicyPoint& p) const {
   const double hidden = tokens * static_cast<double>(c.hidden_size) * ab;
   const double kv_out = (p.attention_on_gpu ? 1.0 - p.kv_gpu_fraction : 1.0) *
                         tokens * model_->kv_bytes_per_token_layer();
-  double total = 0;
+  double total = 0, costliest = -1;
   for (int k = 0; k < 2; ++k) {
     if (kind_count_[k] == 0) continue;
     const int64_t layer = kind_layer_[k];
@@ -429,8 +430,18 @@ double PerformanceModel::PrefillSeconds(const PolicyPoint& p) const {
     // to run in prefill).
     const double stage =
         options_.pinned_host_weights ? 0.0 : 2 * streamed / cpu_mem_bw_;
-    total += static_cast<double>(kind_count_[k]) *
-             std::max({gpu, launch, h2d, d2h, stage});
+    const double layer_s = std::max({gpu, launch, h2d, d2h, stage});
+    const double kind_s = static_cast<double>(kind_count_[k]) * layer_s;
+    total += kind_s;
+    if (bottleneck != nullptr && kind_s > costliest) {
+      costliest = kind_s;
+      // Ties go to the GPU first, as in LayerTimes::bottleneck().
+      *bottleneck = gpu >= layer_s   ? "gpu"
+                    : h2d >= layer_s ? "h2d"
+                    : stage >= layer_s ? "cpu"
+                    : d2h >= layer_s ? "d2h"
+                                     : "launch";
+    }
   }
   return total + n_ub * LmHeadSeconds(p.micro_batch_size);
 }

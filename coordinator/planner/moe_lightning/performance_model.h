@@ -210,7 +210,9 @@ class PerformanceModel {
 
   LayerTimes DecodeLayer(int64_t layer, const PolicyPoint& p) const;
   double DecodeStepSeconds(const PolicyPoint& p) const;
-  double PrefillSeconds(const PolicyPoint& p) const;
+  // `bottleneck`, when given, gets the binding resource of the layer kind
+  // that takes longest in all ("gpu", "h2d", "d2h", "launch" or "cpu").
+  double PrefillSeconds(const PolicyPoint& p, std::string* bottleneck = nullptr) const;
   MemoryUse Memory(const PolicyPoint& p) const;
   Estimate Evaluate(const PolicyPoint& p) const;
 
