@@ -5,8 +5,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "cli/bench_prediction.h"
+#include "common/hardware_profile.h"
 #include "common/status_macros.h"
 #include "gpu_worker/bench/bench_runner.h"
 #include "gpu_worker/device_spec.h"
@@ -71,8 +74,7 @@ absl::StatusOr<bench::BenchOptions> ToOptions(const BenchCommandOptions& c) {
       return absl::InvalidArgumentError("--dtype with --model: auto, bf16, f32 or quantized");
     }
   }
-  TANDEM_ASSIGN_OR_RETURN(o.device, DeviceFactoryFor(c.device));
-  o.device_name = c.device;
+  o.device_name = c.device;  // its factory: Run()
   if (!(c.gpu_memory_budget_gb >= 0)) {
     return absl::InvalidArgumentError("--gpu-memory-budget must be >= 0 GB");
   }
@@ -94,8 +96,33 @@ absl::StatusOr<bench::BenchOptions> ToOptions(const BenchCommandOptions& c) {
 
 absl::Status Run(const BenchCommandOptions& c) {
   TANDEM_ASSIGN_OR_RETURN(bench::BenchOptions o, ToOptions(c));
+  TANDEM_ASSIGN_OR_RETURN(WorkerDevice device, WorkerDeviceFor(c.device));
+  o.device = device.make;
+  // A profile given is read now: a bad file fails before minutes of runs.
+  std::optional<HardwareProfile> given;
+  if (!c.hardware.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(given, LoadHardwareProfile(c.hardware));
+    if (!given->has_gpu()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--hardware ", c.hardware, ": the profile has no GPU to predict the engine on"));
+    }
+  }
   if (c.threads > 0) omp_set_num_threads(c.threads);
   TANDEM_ASSIGN_OR_RETURN(bench::BenchReport r, bench::RunBench(o));
+  // The device's own figures, measured once the engine has given its
+  // memory back.
+  if (device.measure != nullptr) {
+    o.progress("measuring the device: HBM, PCIe, GEMM peaks");
+    HardwareProfile d;
+    TANDEM_RETURN_IF_ERROR(device.measure(&d));
+    r.device_profile = d;
+  }
+  if (given.has_value()) {
+    TANDEM_ASSIGN_OR_RETURN(r.prediction, PredictBenchFigures(r, *given));
+  } else if (r.device_profile.has_value()) {
+    TANDEM_ASSIGN_OR_RETURN(r.prediction,
+                            PredictBenchFigures(r, BenchMachineProfile(r, *r.device_profile)));
+  }
   if (!c.json_file.empty()) {
     std::ofstream f(c.json_file);
     f << bench::ReportJson(r).dump(2) << "\n";
@@ -137,6 +164,9 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchCommandOptions& o) {
   cmd->add_option("--gpu-memory-budget", o.gpu_memory_budget_gb,
                   "GB of weights the device keeps resident; the FFN weights past it are streamed "
                   "from host memory (0: all resident)");
+  cmd->add_option("--hardware", o.hardware,
+                  "Hardware profile (JSON, as tandem plan takes) to predict the engine's figures "
+                  "on; by default a GPU device's own measured figures");
   cmd->add_option("--repeats", o.repeats, "Timed runs per figure (median, min, max)")
       ->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "Untimed runs before each figure")->capture_default_str();

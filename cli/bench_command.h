@@ -3,7 +3,10 @@
 // engine on a model (--model, or --synthetic dense|moe written to a
 // temporary directory): prompt processing, generation, batched decode and
 // CPU decode attention alone, each as the median of --repeats runs against
-// its roofline. A table, or --json for scripts.
+// its roofline. A table, or --json for scripts. On a GPU (--device cuda)
+// it measures the device too and prints the planner's prediction of each
+// engine figure beside the measured one (--hardware PROFILE: on that
+// profile instead).
 #ifndef TANDEM_CLI_BENCH_COMMAND_H_
 #define TANDEM_CLI_BENCH_COMMAND_H_
 
@@ -25,6 +28,7 @@ struct BenchCommandOptions {
   uint32_t seed = 1;
   std::string device = "host";     // host, cuda, cuda:N
   double gpu_memory_budget_gb = 0;  // weights kept resident; 0 = all
+  std::string hardware;  // a profile to predict the figures on (default: the device measured)
   int repeats = 5;
   int warmup = 1;
   int threads = 0;  // 0 = OpenMP's default (all cores)

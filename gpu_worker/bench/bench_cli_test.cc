@@ -206,6 +206,75 @@ TEST(BenchCliTest, WeightBudgetStreamsLayers) {
   EXPECT_EQ(j["model"].value("streamed_layers", -1), 3);
 }
 
+// With a hardware profile the report carries the planner's prediction of
+// every engine figure, in the table's order, beside its measured median: at
+// r_w 1 with every weight resident, below 1 when the budget streams layers,
+// and a streamed placement never predicted faster than the resident one.
+// Without a profile or a GPU device there is none; a bad profile fails the
+// command before it measures anything.
+TEST(BenchCliTest, PredictsEveryEngineFigureOnAGivenProfile) {
+  const std::string hw = std::string("--hardware ") + TANDEM_PROFILES_DIR + "/h100-pcie5.json";
+  const json all = Bench("dense", hw, 4);
+  ExpectReport(all, false);
+  EXPECT_FALSE(all.contains("device_profile"));  // the host device measures no GPU
+  ASSERT_TRUE(all.contains("prediction"));
+  const json& p = all["prediction"];
+  EXPECT_EQ(p.value("profile", ""), "h100-pcie5");
+  EXPECT_DOUBLE_EQ(p.value("weights_gpu_fraction", 0.0), 1.0);
+  std::vector<const json*> measured;
+  for (const json& f : all["pp"]) measured.push_back(&f);
+  measured.push_back(&all["tg"]);
+  for (const json& f : all["decode"]) measured.push_back(&f);
+  const std::vector<std::string> labels = {"pp N=16", "pp N=32", "tg ctx=16 +4",
+                                           "decode B=1 ctx=16", "decode B=4 ctx=16"};
+  const json& rows = p["figures"];
+  ASSERT_EQ(rows.size(), labels.size());
+  ASSERT_EQ(measured.size(), labels.size());
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const json& row = rows[i];
+    EXPECT_EQ(row.value("figure", ""), labels[i]);
+    EXPECT_DOUBLE_EQ(row.value("measured_tokens_per_s", 0.0),
+                     (*measured[i])["tokens_per_s"].value("median", -1.0))
+        << labels[i];
+    const double predicted = row.value("predicted_tokens_per_s", 0.0);
+    EXPECT_GT(predicted, 0) << labels[i];
+    EXPECT_NEAR(row.value("measured_over_predicted", 0.0),
+                row.value("measured_tokens_per_s", 0.0) / predicted, 1e-9)
+        << labels[i];
+    EXPECT_FALSE(row.value("bottleneck", "").empty()) << labels[i];
+  }
+  // Four sequences share each weight read: more tokens per second.
+  EXPECT_GT(rows[4].value("predicted_tokens_per_s", 0.0),
+            rows[3].value("predicted_tokens_per_s", 0.0));
+
+  const double weights = all["model"].value("weight_bytes", 0.0) - 256 * 64 * 2;
+  char flag[96];
+  std::snprintf(flag, sizeof(flag), " --gpu-memory-budget %.17g",
+                (weights - 0.5 * (3 * 64 * 128 * 2)) / 1e9);
+  const json streamed = Bench("dense", hw + flag, 4);
+  ASSERT_EQ(streamed["model"].value("streamed_layers", -1), 3);
+  // Three FFNs of 3 bf16 matrices of 64 x 128.
+  EXPECT_DOUBLE_EQ(streamed["model"].value("streamed_bytes", 0.0), 3 * 3 * 64 * 128 * 2);
+  ASSERT_TRUE(streamed.contains("prediction"));
+  const double r_w = streamed["prediction"].value("weights_gpu_fraction", 0.0);
+  EXPECT_GT(r_w, 0);
+  EXPECT_LT(r_w, 1);
+  const json& srows = streamed["prediction"]["figures"];
+  ASSERT_EQ(srows.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_LE(srows[i].value("predicted_tokens_per_s", 0.0),
+              rows[i].value("predicted_tokens_per_s", 0.0) * (1 + 1e-12))
+        << labels[i];
+  }
+
+  EXPECT_FALSE(Bench("dense", "", 1).contains("prediction"));
+  int status = -1;
+  RunCommand(std::string(TANDEM_BINARY) + " bench --synthetic dense --hardware " +
+                 TANDEM_PROFILES_DIR + "/no-such-profile.json --json",
+             &status);
+  EXPECT_NE(status, 0);
+}
+
 // bench computes alone: OpenMP threads sleep when idle after a short spin
 // (cli/openmp_environment.h); a wait policy the user set is left alone.
 TEST(BenchCliTest, OpenMpThreadsSpinBrieflyThenSleepUnlessTheUserChose) {

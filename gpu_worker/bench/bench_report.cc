@@ -99,6 +99,12 @@ std::string FigureRow(const std::string& label, const Figure& f, bool moe, int64
 
 }  // namespace
 
+std::string PpLabel(const Figure& f) { return absl::StrCat("pp N=", f.tokens); }
+std::string TgLabel(const Figure& f) { return absl::StrCat("tg ctx=", f.context, " +", f.tokens); }
+std::string DecodeLabel(const Figure& f) {
+  return absl::StrCat("decode B=", f.sequences, " ctx=", f.context);
+}
+
 ordered_json ReportJson(const BenchReport& r) {
   ordered_json j;
   const perf::MachineInfo& m = r.machine;
@@ -128,6 +134,7 @@ ordered_json ReportJson(const BenchReport& r) {
                 {"compute", r.model.compute},
                 {"device", r.model.device},
                 {"streamed_layers", r.model.streamed_layers},
+                {"streamed_bytes", r.model.streamed_bytes},
                 {"params", k.total_params},
                 {"weight_bytes", k.total_weight_bytes},
                 {"hidden", c.hidden_size},
@@ -150,6 +157,35 @@ ordered_json ReportJson(const BenchReport& r) {
   j["tg"] = FigureJson(r.engine.tg, l3);
   j["decode"] = FiguresJson(r.engine.decode, l3);
   j["attention"] = FiguresJson(r.attention, l3);
+  if (r.device_profile.has_value()) {
+    const HardwareProfile& d = *r.device_profile;
+    j["device_profile"] = {{"name", d.gpu.name},
+                           {"memory_bytes", d.gpu.memory_bytes},
+                           {"hbm_gbs", d.gpu.memory_bandwidth / 1e9},
+                           {"bf16_tflops", d.gpu.bf16_flops / 1e12},
+                           {"f32_tflops", d.gpu.f32_flops / 1e12},
+                           {"int8_tops", d.gpu.int8_ops / 1e12},
+                           {"launch_overhead_us", d.gpu.launch_overhead_s * 1e6},
+                           {"h2d_gbs", d.link.h2d_bandwidth / 1e9},
+                           {"h2d_latency_us", d.link.h2d_latency_s * 1e6},
+                           {"d2h_gbs", d.link.d2h_bandwidth / 1e9},
+                           {"d2h_latency_us", d.link.d2h_latency_s * 1e6}};
+  }
+  if (r.prediction.has_value()) {
+    const PlannerPrediction& p = *r.prediction;
+    ordered_json figures = ordered_json::array();
+    for (const PredictedFigure& f : p.figures) {
+      figures.push_back({{"figure", f.figure},
+                         {"measured_tokens_per_s", f.measured},
+                         {"predicted_tokens_per_s", f.predicted},
+                         {"measured_over_predicted", f.predicted > 0 ? f.measured / f.predicted : 0},
+                         {"bottleneck", f.bottleneck}});
+    }
+    j["prediction"] = {{"profile", p.profile},
+                       {"profile_source", p.profile_source},
+                       {"weights_gpu_fraction", p.weights_gpu_fraction},
+                       {"figures", std::move(figures)}};
+  }
   return j;
 }
 
@@ -220,12 +256,11 @@ std::string ReportTable(const BenchReport& r) {
                         "median", "min", "max", "roofline", "fraction", "bound", "GB/s", "bytes/u",
                         "FLOPs/u", moe ? " experts/layer" : "");
   for (const Figure& f : r.engine.pp) {
-    s += FigureRow(absl::StrCat("pp N=", f.tokens), f, moe, m.l3_bytes);
+    s += FigureRow(PpLabel(f), f, moe, m.l3_bytes);
   }
-  s += FigureRow(absl::StrCat("tg ctx=", r.engine.tg.context, " +", r.engine.tg.tokens),
-                 r.engine.tg, moe, m.l3_bytes);
+  s += FigureRow(TgLabel(r.engine.tg), r.engine.tg, moe, m.l3_bytes);
   for (const Figure& f : r.engine.decode) {
-    s += FigureRow(absl::StrCat("decode B=", f.sequences, " ctx=", f.context), f, moe, m.l3_bytes);
+    s += FigureRow(DecodeLabel(f), f, moe, m.l3_bytes);
   }
   for (const Figure& f : r.attention) {
     s += FigureRow(absl::StrCat("attention ctx=", f.context, " S=", f.sequences), f, false,
@@ -242,6 +277,32 @@ std::string ReportTable(const BenchReport& r) {
                           "their few rows each taking that kernel; the rest at %s)\n",
                           f.sequences, Si(f.work.expert_flops, "F"),
                           PeakKindName(f.expert_peak_kind), PeakKindName(f.peak_kind));
+  }
+  if (r.device_profile.has_value()) {
+    const HardwareProfile& d = *r.device_profile;
+    absl::StrAppendFormat(
+        &s,
+        "\nDevice %s, measured: %.1f GiB; HBM %.1f GB/s; GEMM bf16 %.1f, f32 %.1f TFLOP/s, "
+        "int8 %.1f TOP/s; launch %.1f us; host-to-device %.1f GB/s (%.1f us), device-to-host "
+        "%.1f GB/s (%.1f us)\n",
+        d.gpu.name, static_cast<double>(d.gpu.memory_bytes) / (1 << 30),
+        d.gpu.memory_bandwidth / 1e9, d.gpu.bf16_flops / 1e12, d.gpu.f32_flops / 1e12,
+        d.gpu.int8_ops / 1e12, d.gpu.launch_overhead_s * 1e6, d.link.h2d_bandwidth / 1e9,
+        d.link.h2d_latency_s * 1e6, d.link.d2h_bandwidth / 1e9, d.link.d2h_latency_s * 1e6);
+  }
+  if (r.prediction.has_value()) {
+    const PlannerPrediction& p = *r.prediction;
+    absl::StrAppendFormat(&s,
+                          "\nPlanner's prediction (MoE-Lightning performance model at the "
+                          "engine's placement, r_w %.3f) on profile %s (%s):\n",
+                          p.weights_gpu_fraction, p.profile, p.profile_source);
+    absl::StrAppendFormat(&s, "  %-22s %10s %10s %9s  %s\n", "figure", "measured", "predicted",
+                          "meas/pred", "bound");
+    for (const PredictedFigure& f : p.figures) {
+      absl::StrAppendFormat(&s, "  %-22s %10.1f %10.1f %9.3f  %s\n", f.figure, f.measured,
+                            f.predicted, f.predicted > 0 ? f.measured / f.predicted : 0,
+                            f.bottleneck);
+    }
   }
   return s;
 }

@@ -5,9 +5,11 @@
 #define TANDEM_GPU_WORKER_BENCH_BENCH_REPORT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/hardware_profile.h"
 #include "common/model_config.h"
 #include "cpu_worker/perf/machine_info.h"
 #include "cpu_worker/perf/timing.h"
@@ -33,6 +35,7 @@ struct ModelReport {
   std::string compute;  // the engine's GEMM dtype: "bf16" or "f32"
   std::string device = "host";  // the engine's device (device_spec.h names)
   int64_t streamed_layers = 0;  // layers whose FFN the weight budget left streamed
+  double streamed_bytes = 0;    // their FFN weights' bytes on the device, copied each step
   ModelConfig config;
   ModelCosts costs;
   double write_seconds = 0;  // synthetic only
@@ -40,6 +43,23 @@ struct ModelReport {
   // Bytes of the model files mapped on 2 MiB pages after the engine's runs
   // (mapped_file.h); -1 where /proc does not say.
   int64_t huge_page_bytes = -1;
+};
+
+// The planner's prediction of one engine figure (MoE-Lightning's
+// performance model at the engine's own placement; the CLI fills it, as
+// the planner is the coordinator's and this library is the worker's).
+struct PredictedFigure {
+  std::string figure;       // as the table labels it: "pp N=512", "decode B=16 ctx=128"
+  double measured = 0;      // tokens/s, the figure's median
+  double predicted = 0;     // tokens/s
+  std::string bottleneck;   // the resource the model says binds: gpu, h2d, d2h, launch, chain
+};
+
+struct PlannerPrediction {
+  std::string profile;              // the hardware profile's name
+  std::string profile_source;       // where its figures come from
+  double weights_gpu_fraction = 0;  // r_w of the engine's placement
+  std::vector<PredictedFigure> figures;
 };
 
 struct BenchReport {
@@ -53,7 +73,19 @@ struct BenchReport {
   ModelReport model;
   EngineFigures engine;
   std::vector<Figure> attention;
+  // The engine's device measured by its own profiler (HBM, PCIe, GEMM
+  // peaks; the CPU side is the machine's figures above). Absent for the
+  // host device.
+  std::optional<HardwareProfile> device_profile;
+  // Absent without a profile with a GPU (the device's, or --hardware).
+  std::optional<PlannerPrediction> prediction;
 };
+
+// The labels the table gives the engine's figures ("pp N=512", "tg ctx=128
+// +32", "decode B=16 ctx=128"), which the prediction's rows repeat.
+std::string PpLabel(const Figure& f);
+std::string TgLabel(const Figure& f);
+std::string DecodeLabel(const Figure& f);
 
 nlohmann::ordered_json ReportJson(const BenchReport& r);
 std::string ReportTable(const BenchReport& r);

@@ -154,8 +154,9 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   r.model.load_seconds = Since(t0);
   r.model.device = o.device_name;
   if (engine->weight_pager() != nullptr) {
-    for (int64_t l = 0; l < r.model.config.num_layers; ++l) {
-      r.model.streamed_layers += engine->weight_pager()->IsStreamed(l) ? 1 : 0;
+    for (const StreamedLayer& l : engine->weight_pager()->layers()) {
+      r.model.streamed_layers += 1;
+      r.model.streamed_bytes += static_cast<double>(l.bytes());
     }
   }
   TANDEM_ASSIGN_OR_RETURN(r.model.costs,
