@@ -152,39 +152,54 @@ TANDEM_BF16_TARGET void Reduce(const __m512* acc_mem, int64_t m, int64_t n, cons
 // GFLOP/s and 24 rows from 311-330 to 324-346; 256 and, at 32 rows, spans
 // at all were slower (32 rows: 322-338 against 343-358 over the whole of
 // k, as the 32 rows' span of x no longer leaves L1 room for the weights).
+// Since each span of x runs against every tile of a work item before the
+// next span (Item), on a faster AMD VM (oneDNN bf16 GEMM 720-900 GFLOP/s,
+// 4096 x 4096 cold, 2 threads) 16 rows went from 286-314 to 345-358
+// GFLOP/s and 24 rows from 351-386 to 404-468; 32 rows with spans of 256,
+// 512 or 1024 measured the same as without.
 constexpr int64_t kSpan = 512;
 constexpr int64_t kSpanMaxRows = 24;
 
-// All m rows against C weight rows, kRows at a time (row i's blocks start
-// at x + i * 32), `span` elements of k at a time (k: all at once).
+// Elements [l0, l1) of all m rows against C weight rows, kRows rows at a
+// time (row i's blocks start at x + i * 32); the accumulators at `acc` (m x
+// C vectors) are zeroed first if `first`.
 template <int C>
-void Columns(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t n,
-             const float* bias, float* y, RowPrefetch& pf, int64_t span) {
-  // m x C vectors, 64-byte aligned.
-  thread_local std::vector<float> acc_buf;
-  const size_t floats = static_cast<size_t>(m * C * 16 + 16);
-  if (acc_buf.size() < floats) acc_buf.resize(floats);
-  auto* acc = reinterpret_cast<__m512*>((reinterpret_cast<uintptr_t>(acc_buf.data()) + 63) &
-                                        ~uintptr_t{63});
-  for (int64_t l0 = 0; l0 < k; l0 += span) {
-    const int64_t l1 = std::min(k, l0 + span);
-    const bool first = l0 == 0;
-    int64_t i = 0;
-    for (; i + kRows <= m; i += kRows) {
-      TileSpan<kRows, C>(x + i * 32, m, w, k, l0, l1, first, acc + i * C, pf);
-    }
-    const uint16_t* xr = x + i * 32;
-    __m512* ar = acc + i * C;
-    switch (m - i) {
-      case 1: TileSpan<1, C>(xr, m, w, k, l0, l1, first, ar, pf); break;
-      case 2: TileSpan<2, C>(xr, m, w, k, l0, l1, first, ar, pf); break;
-      case 3: TileSpan<3, C>(xr, m, w, k, l0, l1, first, ar, pf); break;
-      case 4: TileSpan<4, C>(xr, m, w, k, l0, l1, first, ar, pf); break;
-      case 5: TileSpan<5, C>(xr, m, w, k, l0, l1, first, ar, pf); break;
-      default: break;
-    }
+void Groups(const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t l0, int64_t l1,
+            bool first, __m512* acc, RowPrefetch& pf) {
+  int64_t i = 0;
+  for (; i + kRows <= m; i += kRows) {
+    TileSpan<kRows, C>(x + i * 32, m, w, k, l0, l1, first, acc + i * C, pf);
   }
-  Reduce<C>(acc, m, n, bias, y);
+  const uint16_t* xr = x + i * 32;
+  __m512* ar = acc + i * C;
+  switch (m - i) {
+    case 1: TileSpan<1, C>(xr, m, w, k, l0, l1, first, ar, pf); break;
+    case 2: TileSpan<2, C>(xr, m, w, k, l0, l1, first, ar, pf); break;
+    case 3: TileSpan<3, C>(xr, m, w, k, l0, l1, first, ar, pf); break;
+    case 4: TileSpan<4, C>(xr, m, w, k, l0, l1, first, ar, pf); break;
+    case 5: TileSpan<5, C>(xr, m, w, k, l0, l1, first, ar, pf); break;
+    default: break;
+  }
+}
+
+// Groups<C> for the C = cols (1..kCols) weight rows of one tile.
+void TileGroups(int cols, const uint16_t* x, int64_t m, const uint16_t* w, int64_t k, int64_t l0,
+                int64_t l1, bool first, __m512* acc, RowPrefetch& pf) {
+  switch (cols) {
+    case 1: Groups<1>(x, m, w, k, l0, l1, first, acc, pf); break;
+    case 2: Groups<2>(x, m, w, k, l0, l1, first, acc, pf); break;
+    case 3: Groups<3>(x, m, w, k, l0, l1, first, acc, pf); break;
+    default: Groups<kCols>(x, m, w, k, l0, l1, first, acc, pf); break;
+  }
+}
+
+void TileReduce(int cols, const __m512* acc, int64_t m, int64_t n, const float* bias, float* y) {
+  switch (cols) {
+    case 1: Reduce<1>(acc, m, n, bias, y); break;
+    case 2: Reduce<2>(acc, m, n, bias, y); break;
+    case 3: Reduce<3>(acc, m, n, bias, y); break;
+    default: Reduce<kCols>(acc, m, n, bias, y); break;
+  }
 }
 
 // x as ToBf16Blocks writes it, in this thread's buffer (read by all the
@@ -199,7 +214,12 @@ const uint16_t* XBlocks(const float* x, int64_t m, int64_t k) {
 
 // Output columns [j0, end) of all m rows; `w` holds weight row j0 onwards
 // in bf16. `ahead` (null if there is none) is the stored form of a later
-// item's rows, `ahead_bytes` long.
+// item's rows, `ahead_bytes` long. With spans shorter than k, each span of
+// x is run against every tile of the item before the next span, so that it
+// is read from L2 once per item rather than once per tile: with 16 rows of
+// x at k = 4096, x is 128 KiB, past L1, and the old order (every span of a
+// tile, then the next tile) re-read all of it from L2 for each tile of four
+// weight rows, 40 bytes of L2 a cycle at the dot products' full rate.
 void Item(const uint16_t* xp, int64_t m, const uint16_t* w, int64_t j0, int64_t end, int64_t k,
           int64_t n, const float* bias, float* y, const void* ahead, int64_t ahead_bytes,
           int64_t span) {
@@ -211,18 +231,25 @@ void Item(const uint16_t* xp, int64_t m, const uint16_t* w, int64_t j0, int64_t 
     pf.end = pf.p + ahead_bytes;
     pf.lines = static_cast<int>((ahead_bytes / 64 + steps - 1) / steps);
   }
-  int64_t j = j0;
-  for (; j + kCols <= end; j += kCols) {
-    Columns<kCols>(xp, m, w + (j - j0) * k, k, n, bias != nullptr ? bias + j : nullptr, y + j, pf,
-                   span);
+  // m x kCols vectors per tile, 64-byte aligned.
+  const int64_t tiles = (end - j0 + kCols - 1) / kCols;
+  thread_local std::vector<float> acc_buf;
+  const size_t floats = static_cast<size_t>(tiles * m * kCols * 16 + 16);
+  if (acc_buf.size() < floats) acc_buf.resize(floats);
+  auto* acc = reinterpret_cast<__m512*>((reinterpret_cast<uintptr_t>(acc_buf.data()) + 63) &
+                                        ~uintptr_t{63});
+  for (int64_t l0 = 0; l0 < k; l0 += span) {
+    const int64_t l1 = std::min(k, l0 + span);
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t j = j0 + t * kCols;
+      TileGroups(static_cast<int>(std::min<int64_t>(kCols, end - j)), xp, m, w + (j - j0) * k, k,
+                 l0, l1, l0 == 0, acc + t * m * kCols, pf);
+    }
   }
-  const float* b = bias != nullptr ? bias + j : nullptr;
-  const uint16_t* wj = w + (j - j0) * k;
-  switch (end - j) {
-    case 1: Columns<1>(xp, m, wj, k, n, b, y + j, pf, span); break;
-    case 2: Columns<2>(xp, m, wj, k, n, b, y + j, pf, span); break;
-    case 3: Columns<3>(xp, m, wj, k, n, b, y + j, pf, span); break;
-    default: break;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t j = j0 + t * kCols;
+    TileReduce(static_cast<int>(std::min<int64_t>(kCols, end - j)), acc + t * m * kCols, m, n,
+               bias != nullptr ? bias + j : nullptr, y + j);
   }
 }
 
