@@ -7,11 +7,16 @@
 // which on servers holds a 4096 x 4096 matrix; compare them with
 // BM_ReadBandwidth. OMP_NUM_THREADS sets the thread count.
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -321,6 +326,113 @@ void BM_ReadBandwidth(benchmark::State& state) {
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_ReadBandwidth)->ArgName("streams")->Arg(1)->Arg(8)->UseRealTime()->MinTime(1.0);
+
+// A decode step's linears as the engine runs them on one token: the dense
+// synthetic model's shapes (tandem bench --synthetic dense: hidden 2048,
+// ffn 5632, 16 query / 4 key-value heads of 128), q, k, v, o, gate, up and
+// down of every layer in turn, all layers' weights back to back in one
+// buffer on 2 MiB pages as the engine maps a checkpoint. 16 layers (1.4 GB
+// in bf16) outgrow any L3, so each pass reads from DRAM; W_GB/s compares
+// with BM_ReadBandwidth and with `tandem bench`'s decode B=1 (which adds
+// attention, norms and the LM head). Args: the dtype's index in kSeqTypes.
+constexpr DType kSeqTypes[] = {DType::kBF16, DType::kQ8_0};
+void BM_DecodeLayerSequence(benchmark::State& state) {
+  const DType t = kSeqTypes[state.range(0)];
+  if (t == DType::kBF16 && !CpuHasBf16()) {
+    state.SkipWithError("no AVX512-BF16 (or TANDEM_CPU_ISA=f32)");
+    return;
+  }
+  constexpr int kLayers = 16;
+  constexpr int64_t kHidden = 2048, kFfn = 5632, kKv = 512;
+  // q, k, v, o, gate, up, down: {rows, columns}.
+  const int64_t shapes[][2] = {{kHidden, kHidden}, {kKv, kHidden},  {kKv, kHidden},
+                               {kHidden, kHidden}, {kFfn, kHidden}, {kFfn, kHidden},
+                               {kHidden, kFfn}};
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (int l = 0; l < kLayers; ++l) {
+    for (const auto& s : shapes) {
+      offsets.push_back(total);
+      // Each matrix starts on a cache line, as tensors in a checkpoint do.
+      total += (DTypeBytes(t, s[0] * s[1]).value() + 63) / 64 * 64;
+    }
+  }
+  constexpr size_t kPage = size_t{2} << 20;
+  const size_t alloc = (static_cast<size_t>(total) + kPage - 1) / kPage * kPage;
+  auto* base = static_cast<uint8_t*>(std::aligned_alloc(kPage, alloc));
+  if (base == nullptr) {
+    state.SkipWithError("cannot allocate the weights");
+    return;
+  }
+  madvise(base, alloc, MADV_HUGEPAGE);
+  // One random matrix of each shape, copied to every layer.
+  for (size_t s = 0; s < std::size(shapes); ++s) {
+    const int64_t n = shapes[s][0], k = shapes[s][1];
+    const std::vector<float> wf = NormalInput(n * k);
+    QuantizeFromF32(t, wf.data(), n * k, base + offsets[s]);
+    for (int l = 1; l < kLayers; ++l) {
+      std::memcpy(base + offsets[l * std::size(shapes) + s], base + offsets[s],
+                  static_cast<size_t>(DTypeBytes(t, n * k).value()));
+    }
+  }
+  std::vector<LinearWeight> w;
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    const auto& s = shapes[i % std::size(shapes)];
+    TensorView v;
+    v.name = "layer";
+    v.dtype = t;
+    v.shape = {s[0], s[1]};
+    v.data = base + offsets[i];
+    v.nbytes = DTypeBytes(t, s[0] * s[1]).value();
+    auto lw =
+        LinearWeight::Create(v, t == DType::kBF16 ? ComputeType::kBF16 : ComputeType::kQuantized);
+    if (!lw.ok()) {
+      state.SkipWithError("LinearWeight::Create failed");
+      std::free(base);
+      return;
+    }
+    w.push_back(*lw);
+  }
+  const std::vector<float> x = NormalInput(kFfn);
+  std::vector<float> y(static_cast<size_t>(kFfn));
+  int64_t bytes = 0;
+  for (const auto& lw : w) bytes += lw.nbytes();
+  // Each pass is followed by a read sweep of the same bytes (BM_ReadBandwidth's
+  // 8 streams a thread): on a shared VM the bandwidth moves by half between
+  // minutes, so the fraction of the sweep next to it is the figure to
+  // compare kernels by.
+  const auto* words = reinterpret_cast<const uint64_t*>(base);
+  const int64_t nwords = total / 8;
+  double kernel_s = 0, sweep_s = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const auto& lw : w) Linear(x.data(), 1, lw, nullptr, y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    const auto t1 = std::chrono::steady_clock::now();
+    uint64_t sum = 0;
+#pragma omp parallel reduction(+ : sum)
+    {
+      const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+      const int64_t chunk = (nwords + nt - 1) / nt;
+      const int64_t begin = std::min(nwords, id * chunk);
+      sum += SumSlice(words + begin, std::min(nwords, begin + chunk) - begin, 8);
+    }
+    benchmark::DoNotOptimize(sum);
+    const auto t2 = std::chrono::steady_clock::now();
+    kernel_s += std::chrono::duration<double>(t1 - t0).count();
+    sweep_s += std::chrono::duration<double>(t2 - t1).count();
+  }
+  const double passes = static_cast<double>(state.iterations());
+  state.counters["W_GB/s"] = static_cast<double>(bytes) * passes / kernel_s * 1e-9;
+  state.counters["sweep_GB/s"] = static_cast<double>(total) * passes / sweep_s * 1e-9;
+  state.counters["of_sweep"] =
+      (static_cast<double>(bytes) / kernel_s) / (static_cast<double>(total) / sweep_s);
+  state.SetLabel(std::string(DTypeName(t)));
+  w.clear();
+  std::free(base);
+}
+BENCHMARK(BM_DecodeLayerSequence)->ArgName("dtype")->Arg(0)->Arg(1)->UseRealTime()->MinTime(2.0);
 
 }  // namespace
 }  // namespace tandem::ops

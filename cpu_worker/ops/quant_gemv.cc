@@ -11,6 +11,7 @@
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/onednn_matmul.h"
 #include "cpu_worker/ops/quant_gemv_kernels.h"
+#include "cpu_worker/ops/stream_prefetch.h"
 
 namespace tandem::ops::internal {
 namespace {
@@ -216,12 +217,16 @@ void QuantLinear(const float* x, int64_t m, const void* w, DType t, int64_t n, i
   // Handed out dynamically, so that a thread that loses a time slice on a
   // shared machine does not hold the others at the barrier (each output is
   // one block's, so the sums do not depend on the schedule).
+  // One row of x streams the weight (stream_prefetch.h): about 1 MiB per
+  // block, so that a thread's stream seldom jumps.
   constexpr int64_t kRows = 32;
-  const int64_t blocks = (n + kRows - 1) / kRows;
   const bool parallel = n * k * std::min<int64_t>(m, 8) > (1 << 17);
+  const int64_t block_rows =
+      m == 1 ? StreamItemRows(n, task.row_bytes, kRows, parallel) / 8 * 8 : kRows;
+  const int64_t blocks = (n + block_rows - 1) / block_rows;
 #pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t b = 0; b < blocks; ++b) {
-    rows(task, b * kRows, std::min(n, (b + 1) * kRows));
+    rows(task, b * block_rows, std::min(n, (b + 1) * block_rows));
   }
 }
 

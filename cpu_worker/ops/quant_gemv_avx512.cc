@@ -151,9 +151,10 @@ TANDEM_VNNI inline void Step(const Task& t, const Act512* a0, int64_t j0, int64_
   }
 }
 
-// R weight rows from j0 against C rows of x from i0, over all of k.
+// R weight rows from j0 against C rows of x from i0, over all of k; each
+// step fetches the same bytes `ahead` rows on.
 template <DType T, int R, int C, PrefetchLevel L>
-TANDEM_VNNI void Tile(const Task& t, int64_t j0, int64_t i0) {
+TANDEM_VNNI void Tile(const Task& t, int64_t j0, int64_t i0, int64_t ahead) {
   __m512 acc[R][C];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -162,7 +163,6 @@ TANDEM_VNNI void Tile(const Task& t, int64_t j0, int64_t i0) {
   }
   const Act512* a0 = static_cast<const Act512*>(t.acts) + i0 * t.act_stride;
   const int64_t full = t.groups - (t.odd_blocks ? 1 : 0);
-  const int64_t ahead = AheadRows<R>(t.row_bytes);
   for (int64_t g = 0; g < full; ++g) Step<T, R, C, false, L>(t, a0, j0, g, acc, ahead);
   if (t.odd_blocks) Step<T, R, C, true, L>(t, a0, j0, full, acc, ahead);
 #pragma GCC unroll 8
@@ -177,25 +177,28 @@ TANDEM_VNNI void Tile(const Task& t, int64_t j0, int64_t i0) {
 // (a few KiB) stay in L1 while the rows of x pass.
 template <DType T, int R, PrefetchLevel L>
 TANDEM_VNNI void RowGroup(const Task& t, int64_t j0) {
+  const int64_t ahead = AheadRows<R>(t.row_bytes);
   int64_t i = 0;
-  for (; i + 4 <= t.m; i += 4) Tile<T, R, 4, L>(t, j0, i);
+  for (; i + 4 <= t.m; i += 4) Tile<T, R, 4, L>(t, j0, i, ahead);
   switch (t.m - i) {
     case 3:
-      Tile<T, R, 3, L>(t, j0, i);
+      Tile<T, R, 3, L>(t, j0, i, ahead);
       break;
     case 2:
-      Tile<T, R, 2, L>(t, j0, i);
+      Tile<T, R, 2, L>(t, j0, i, ahead);
       break;
     case 1:
-      Tile<T, R, 1, L>(t, j0, i);
+      Tile<T, R, 1, L>(t, j0, i, ahead);
       break;
     default:
       break;
   }
 }
 
-// Weight rows per tile for one row of x: eight streams in flight measured
-// ~10% faster than four from DRAM (linear_bench, cold), no slower warm.
+// One row of x reads each weight row alone, one stream with the rows after
+// it (stream_prefetch.h), fetched kStreamAheadBytes ahead. Before, eight
+// weight rows at a time (eight streams a row apart) read Q8_0 at 0.70 of
+// the read sweep beside it in BM_DecodeLayerSequence on the AMD EPYC VM.
 // For 2-4 rows of x, four weight rows at a time read 15-28% more than two
 // (BM_QuantSmallBatchPaths, Q8_0, cold, 2 threads: 18.5 -> 21.3 GB/s at 2
 // rows, 14.4 -> 18.5 at 4). Up to kFewMaxRows rows of x (every batch the
@@ -204,7 +207,6 @@ TANDEM_VNNI void RowGroup(const Task& t, int64_t j0) {
 // 167-180 -> 221-243 GFLOP/s warm and 147-159 -> 183-199 cold, Q4_0
 // 166-189 -> 224-232 cold, Q4_1 the same within the noise; two weight rows
 // remain for more rows of x.
-constexpr int kR1 = 8;
 constexpr int kRFew = 4;
 constexpr int64_t kFewMaxRows = 8;
 
@@ -212,8 +214,11 @@ template <DType T, PrefetchLevel L>
 TANDEM_VNNI void Rows(const Task& t, int64_t n0, int64_t n1) {
   int64_t j = n0;
   if (t.m == 1) {
-    for (; j + kR1 <= n1; j += kR1) Tile<T, kR1, 1, L>(t, j, 0);
-  } else if (t.m <= kFewMaxRows) {
+    const int64_t ahead = (kStreamAheadBytes + t.row_bytes - 1) / t.row_bytes;
+    for (; j < n1; ++j) Tile<T, 1, 1, L>(t, j, 0, ahead);
+    return;
+  }
+  if (t.m <= kFewMaxRows) {
     for (; j + kRFew <= n1; j += kRFew) RowGroup<T, kRFew, L>(t, j);
   } else {
     for (; j + 2 <= n1; j += 2) RowGroup<T, 2, L>(t, j);

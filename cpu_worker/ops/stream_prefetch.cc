@@ -1,5 +1,8 @@
 #include "cpu_worker/ops/stream_prefetch.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -15,6 +18,19 @@ PrefetchLevel StreamPrefetchLevel() {
     return HostCpuFeatures().amd ? PrefetchLevel::kL2 : PrefetchLevel::kL1;
   }();
   return level;
+}
+
+// On the AMD EPYC VM (BM_DecodeLayerSequence, bf16, the fraction of the
+// read sweep beside it): items of 32 rows of 4 KiB read 0.74 of the sweep,
+// 128 KiB-2 MiB items 0.82-0.95, 1 MiB 0.95.
+int64_t StreamItemRows(int64_t n, int64_t row_bytes, int64_t min_rows, bool parallel) {
+  constexpr int64_t kItemBytes = int64_t{1} << 20;
+  int64_t rows = std::max(min_rows, kItemBytes / std::max<int64_t>(row_bytes, 1));
+  if (parallel) {
+    const int64_t items = 2 * static_cast<int64_t>(omp_get_max_threads());
+    rows = std::min(rows, std::max(min_rows, (n + items - 1) / items));
+  }
+  return rows;
 }
 
 const char* PrefetchLevelName(PrefetchLevel level) {

@@ -9,6 +9,8 @@
 #ifndef TANDEM_CPU_WORKER_OPS_STREAM_PREFETCH_H_
 #define TANDEM_CPU_WORKER_OPS_STREAM_PREFETCH_H_
 
+#include <cstdint>
+
 #include "cpu_worker/ops/intrinsics.h"
 
 namespace tandem::ops {
@@ -28,6 +30,21 @@ template <PrefetchLevel L>
 inline void PrefetchLine(const void* p) {
   _mm_prefetch(static_cast<const char*>(p), L == PrefetchLevel::kL2 ? _MM_HINT_T1 : _MM_HINT_T0);
 }
+
+// One row of x (a single sequence's decode step) reads each weight row
+// alone, so that a thread's rows are one sequential stream of bytes: several
+// rows at once are as many streams a row apart, which DRAM serves far
+// slower (docs/PERFORMANCE.md, "One weight row at a time"). The stream is
+// fetched this many bytes ahead, across row ends, since the next rows are
+// the next bytes.
+inline constexpr int64_t kStreamAheadBytes = 4096;
+
+// Weight rows per parallel item of such a stream: about 1 MiB of weight, so
+// that a thread's stream seldom jumps to another place, but at least
+// `min_rows`, and no more than makes two items per OpenMP thread when the
+// call is `parallel`, so that a thread that loses a time slice on a shared
+// machine can still be covered by the others.
+int64_t StreamItemRows(int64_t n, int64_t row_bytes, int64_t min_rows, bool parallel);
 
 }  // namespace tandem::ops
 
