@@ -334,7 +334,9 @@ BENCHMARK(BM_ReadBandwidth)->ArgName("streams")->Arg(1)->Arg(8)->UseRealTime()->
 // buffer on 2 MiB pages as the engine maps a checkpoint. 16 layers (1.4 GB
 // in bf16) outgrow any L3, so each pass reads from DRAM; W_GB/s compares
 // with BM_ReadBandwidth and with `tandem bench`'s decode B=1 (which adds
-// attention, norms and the LM head). Args: the dtype's index in kSeqTypes.
+// attention, norms and the LM head). Args: the dtype's index in kSeqTypes;
+// huge: 1 for 2 MiB pages, 0 for 4 KiB pages (a model file the engine
+// could not map on huge pages).
 constexpr DType kSeqTypes[] = {DType::kBF16, DType::kQ8_0};
 void BM_DecodeLayerSequence(benchmark::State& state) {
   const DType t = kSeqTypes[state.range(0)];
@@ -364,7 +366,7 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
     state.SkipWithError("cannot allocate the weights");
     return;
   }
-  madvise(base, alloc, MADV_HUGEPAGE);
+  madvise(base, alloc, state.range(1) != 0 ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   // One random matrix of each shape, copied to every layer.
   for (size_t s = 0; s < std::size(shapes); ++s) {
     const int64_t n = shapes[s][0], k = shapes[s][1];
@@ -432,7 +434,11 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
   w.clear();
   std::free(base);
 }
-BENCHMARK(BM_DecodeLayerSequence)->ArgName("dtype")->Arg(0)->Arg(1)->UseRealTime()->MinTime(2.0);
+BENCHMARK(BM_DecodeLayerSequence)
+    ->ArgsProduct({{0, 1}, {1, 0}})
+    ->ArgNames({"dtype", "huge"})
+    ->UseRealTime()
+    ->MinTime(2.0);
 
 }  // namespace
 }  // namespace tandem::ops
