@@ -336,7 +336,8 @@ BENCHMARK(BM_ReadBandwidth)->ArgName("streams")->Arg(1)->Arg(8)->UseRealTime()->
 // with BM_ReadBandwidth and with `tandem bench`'s decode B=1 (which adds
 // attention, norms and the LM head). Args: the dtype's index in kSeqTypes;
 // huge: 1 for 2 MiB pages, 0 for 4 KiB pages (a model file the engine
-// could not map on huge pages).
+// could not map on huge pages); m: rows of x (decode batches of up to 8
+// rows are still bound by the weights' bytes).
 constexpr DType kSeqTypes[] = {DType::kBF16, DType::kQ8_0};
 void BM_DecodeLayerSequence(benchmark::State& state) {
   const DType t = kSeqTypes[state.range(0)];
@@ -395,8 +396,9 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
     }
     w.push_back(*lw);
   }
-  const std::vector<float> x = NormalInput(kFfn);
-  std::vector<float> y(static_cast<size_t>(kFfn));
+  const int64_t m = state.range(2);
+  const std::vector<float> x = NormalInput(m * kFfn);
+  std::vector<float> y(static_cast<size_t>(m * kFfn));
   int64_t bytes = 0;
   for (const auto& lw : w) bytes += lw.nbytes();
   // Each pass is followed by a read sweep of the same bytes (BM_ReadBandwidth's
@@ -408,7 +410,7 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
   double kernel_s = 0, sweep_s = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (const auto& lw : w) Linear(x.data(), 1, lw, nullptr, y.data());
+    for (const auto& lw : w) Linear(x.data(), m, lw, nullptr, y.data());
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
     const auto t1 = std::chrono::steady_clock::now();
@@ -435,8 +437,8 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
   std::free(base);
 }
 BENCHMARK(BM_DecodeLayerSequence)
-    ->ArgsProduct({{0, 1}, {1, 0}})
-    ->ArgNames({"dtype", "huge"})
+    ->ArgsProduct({{0, 1}, {1, 0}, {1, 2, 4, 8}})
+    ->ArgNames({"dtype", "huge", "m"})
     ->UseRealTime()
     ->MinTime(2.0);
 

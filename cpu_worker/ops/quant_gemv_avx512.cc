@@ -176,8 +176,7 @@ TANDEM_VNNI void Tile(const Task& t, int64_t j0, int64_t i0, int64_t ahead) {
 // R weight rows from j0 against all m rows of x, C at a time: the R rows
 // (a few KiB) stay in L1 while the rows of x pass.
 template <DType T, int R, PrefetchLevel L>
-TANDEM_VNNI void RowGroup(const Task& t, int64_t j0) {
-  const int64_t ahead = AheadRows<R>(t.row_bytes);
+TANDEM_VNNI void RowGroup(const Task& t, int64_t j0, int64_t ahead) {
   int64_t i = 0;
   for (; i + 4 <= t.m; i += 4) Tile<T, R, 4, L>(t, j0, i, ahead);
   switch (t.m - i) {
@@ -195,35 +194,40 @@ TANDEM_VNNI void RowGroup(const Task& t, int64_t j0) {
   }
 }
 
-// One row of x reads each weight row alone, one stream with the rows after
-// it (stream_prefetch.h), fetched kStreamAheadBytes ahead. Before, eight
-// weight rows at a time (eight streams a row apart) read Q8_0 at 0.70 of
-// the read sweep beside it in BM_DecodeLayerSequence on the AMD EPYC VM.
-// For 2-4 rows of x, four weight rows at a time read 15-28% more than two
-// (BM_QuantSmallBatchPaths, Q8_0, cold, 2 threads: 18.5 -> 21.3 GB/s at 2
+// One or two rows of x read each weight row alone, one stream with the rows
+// after it (stream_prefetch.h), fetched kStreamAheadBytes ahead. Before,
+// eight weight rows at a time (eight streams a row apart) read Q8_0 at 0.70
+// of the read sweep beside it at one row (BM_DecodeLayerSequence, AMD EPYC
+// VM), and four at a time 29-30 GB/s at two rows against 39-42 now; at four
+// rows of x a weight row alone read 23-24 GB/s against 26-28 for four
+// (compute: its conversions are no longer shared), at eight 11.5 against
+// 17-20. For 3-4 rows of x, four weight rows at a time read 15-28% more
+// than two (BM_QuantSmallBatchPaths, Q8_0, cold, 2 threads: 18.5 -> 21.3 GB/s at 2
 // rows, 14.4 -> 18.5 at 4). Up to kFewMaxRows rows of x (every batch the
 // int8 path takes) the four weight rows pass them four at a time: at 8 rows
 // on the AMD EPYC VM (BM_Linear, 4096 x 4096, alternating) Q8_0 ran
 // 167-180 -> 221-243 GFLOP/s warm and 147-159 -> 183-199 cold, Q4_0
 // 166-189 -> 224-232 cold, Q4_1 the same within the noise; two weight rows
 // remain for more rows of x.
+constexpr int64_t kStreamMaxRows = 2;
 constexpr int kRFew = 4;
 constexpr int64_t kFewMaxRows = 8;
 
 template <DType T, PrefetchLevel L>
 TANDEM_VNNI void Rows(const Task& t, int64_t n0, int64_t n1) {
   int64_t j = n0;
-  if (t.m == 1) {
+  if (t.m <= kStreamMaxRows) {
     const int64_t ahead = (kStreamAheadBytes + t.row_bytes - 1) / t.row_bytes;
-    for (; j < n1; ++j) Tile<T, 1, 1, L>(t, j, 0, ahead);
+    for (; j < n1; ++j) RowGroup<T, 1, L>(t, j, ahead);
     return;
   }
   if (t.m <= kFewMaxRows) {
-    for (; j + kRFew <= n1; j += kRFew) RowGroup<T, kRFew, L>(t, j);
+    const int64_t ahead = AheadRows<kRFew>(t.row_bytes);
+    for (; j + kRFew <= n1; j += kRFew) RowGroup<T, kRFew, L>(t, j, ahead);
   } else {
-    for (; j + 2 <= n1; j += 2) RowGroup<T, 2, L>(t, j);
+    for (; j + 2 <= n1; j += 2) RowGroup<T, 2, L>(t, j, AheadRows<2>(t.row_bytes));
   }
-  for (; j < n1; ++j) RowGroup<T, 1, L>(t, j);
+  for (; j < n1; ++j) RowGroup<T, 1, L>(t, j, AheadRows<1>(t.row_bytes));
 }
 
 #define TANDEM_AVX512BF16 __attribute__((target(TANDEM_DEQUANT_BF16_TARGET)))
