@@ -138,12 +138,37 @@ TANDEM_AVX512 inline void RowBlockF32(const float* x, int64_t m, const float* w,
   }
 }
 
+// One row of x against weight row j alone, the weight read as one stream
+// fetched kStreamAheadBytes ahead across row ends (stream_prefetch.h; as
+// StreamRowBf16 below): MicroKernelF32<1, 1>'s arithmetic, so a row's
+// result is the same bits as in a batch.
+template <PrefetchLevel L>
+TANDEM_AVX512 inline void StreamRowF32(const float* x, const float* w, int64_t n, int64_t k,
+                                       const float* bias, int64_t j, float* y) {
+  constexpr int64_t kAhead = kStreamAheadBytes / sizeof(float);
+  const int64_t fetch_end = n * k - kAhead;  // no fetches past the weight
+  const float* row = w + j * k;
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t l = 0; l < k; l += 16) {
+    const __mmask16 mask =
+        k - l >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (k - l)) - 1);
+    if (j * k + l < fetch_end) PrefetchLine<L>(row + l + kAhead);
+    const __m512 wv = _mm512_maskz_loadu_ps(mask, row + l);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, x + l), wv, acc);
+  }
+  y[j] = _mm512_reduce_add_ps(acc) + (bias != nullptr ? bias[j] : 0.0f);
+}
+
 TANDEM_AVX512 void RowsAvx512F32(const float* x, int64_t m, const float* w, int64_t n, int64_t k,
                                  const float* bias, int64_t n0, int64_t n1, float* y) {
   int64_t j = n0;
   if (m == 1) {
-    // One row of x: eight weight rows give eight independent chains.
-    for (; j + 8 <= n1; j += 8) MicroKernelF32<8, 1>(x, w, n, k, bias, 0, j, y);
+    if (StreamPrefetchLevel() == PrefetchLevel::kL2) {
+      for (; j < n1; ++j) StreamRowF32<PrefetchLevel::kL2>(x, w, n, k, bias, j, y);
+    } else {
+      for (; j < n1; ++j) StreamRowF32<PrefetchLevel::kL1>(x, w, n, k, bias, j, y);
+    }
+    return;
   }
   for (; j + 4 <= n1; j += 4) RowBlockF32<4>(x, m, w, n, k, bias, j, y);
   for (; j < n1; ++j) RowBlockF32<1>(x, m, w, n, k, bias, j, y);
@@ -522,12 +547,17 @@ void SmallBatchLinear(const float* x, int64_t m, const void* w, bool w_bf16, int
   }
   // Blocks of weight rows: small enough to balance threads, large enough to
   // keep the per-block overhead negligible.
-  constexpr int64_t kBlock = 32;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  // One row of x on f32 weights streams them (stream_prefetch.h).
+  constexpr int64_t kRows = 32;
+  const int64_t block = m == 1 && !w_bf16 && avx512
+                            ? StreamItemRows(n, k * static_cast<int64_t>(sizeof(float)), kRows,
+                                             parallel)
+                            : kRows;
+  const int64_t blocks = (n + block - 1) / block;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t n0 = b * kBlock;
-    const int64_t n1 = std::min(n, n0 + kBlock);
+    const int64_t n0 = b * block;
+    const int64_t n1 = std::min(n, n0 + block);
     if (w_bf16) {
       RowsPortableBf16(x, m, static_cast<const uint16_t*>(w), n, k, bias, n0, n1, y);
     } else if (avx512) {

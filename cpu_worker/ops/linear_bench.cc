@@ -334,11 +334,12 @@ BENCHMARK(BM_ReadBandwidth)->ArgName("streams")->Arg(1)->Arg(8)->UseRealTime()->
 // buffer on 2 MiB pages as the engine maps a checkpoint. 16 layers (1.4 GB
 // in bf16) outgrow any L3, so each pass reads from DRAM; W_GB/s compares
 // with BM_ReadBandwidth and with `tandem bench`'s decode B=1 (which adds
-// attention, norms and the LM head). Args: the dtype's index in kSeqTypes;
+// attention, norms and the LM head; f32 weights 2.9 GB). Args: the dtype's
+// index in kSeqTypes;
 // huge: 1 for 2 MiB pages, 0 for 4 KiB pages (a model file the engine
 // could not map on huge pages); m: rows of x (decode batches of up to 8
 // rows are still bound by the weights' bytes).
-constexpr DType kSeqTypes[] = {DType::kBF16, DType::kQ8_0};
+constexpr DType kSeqTypes[] = {DType::kBF16, DType::kQ8_0, DType::kF32};
 void BM_DecodeLayerSequence(benchmark::State& state) {
   const DType t = kSeqTypes[state.range(0)];
   if (t == DType::kBF16 && !CpuHasBf16()) {
@@ -387,8 +388,9 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
     v.shape = {s[0], s[1]};
     v.data = base + offsets[i];
     v.nbytes = DTypeBytes(t, s[0] * s[1]).value();
-    auto lw =
-        LinearWeight::Create(v, t == DType::kBF16 ? ComputeType::kBF16 : ComputeType::kQuantized);
+    auto lw = LinearWeight::Create(v, t == DType::kBF16   ? ComputeType::kBF16
+                                      : t == DType::kF32 ? ComputeType::kF32
+                                                         : ComputeType::kQuantized);
     if (!lw.ok()) {
       state.SkipWithError("LinearWeight::Create failed");
       std::free(base);
@@ -437,7 +439,7 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
   std::free(base);
 }
 BENCHMARK(BM_DecodeLayerSequence)
-    ->ArgsProduct({{0, 1}, {1, 0}, {1, 2, 4, 8}})
+    ->ArgsProduct({{0, 1, 2}, {1, 0}, {1, 2, 4, 8}})
     ->ArgNames({"dtype", "huge", "m"})
     ->UseRealTime()
     ->MinTime(2.0);
