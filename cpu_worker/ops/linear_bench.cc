@@ -175,13 +175,18 @@ void ReportRates(benchmark::State& state, int64_t m, int64_t weight_bytes) {
 
 // Decode-sized batches on a quantized weight, cold (read from DRAM): the
 // int8 kernel (arg path 0), dequantized panels through oneDNN's GEMM (path
-// 1) and dequantized items through the AMX kernel (path 2,
-// AmxQuantLinear). W_GB/s counts the blocks' bytes.
+// 1), dequantized items through the AMX kernel (path 2, AmxQuantLinear)
+// and through the AVX512-BF16 dot kernel (path 3, QuantDotLinear). W_GB/s
+// counts the blocks' bytes.
 void BM_QuantSmallBatchPaths(benchmark::State& state, DType t) {
   const int64_t m = state.range(0);
   const int64_t path = state.range(1);
   if (path == 2 && !internal::AmxUsable()) {
     state.SkipWithError("AMX not usable here");
+    return;
+  }
+  if (path == 3 && !internal::Bf16DotKernelRuns()) {
+    state.SkipWithError("no AVX512-BF16 here");
     return;
   }
   const int64_t bytes = DTypeBytes(t, kN * kK).value();
@@ -195,6 +200,8 @@ void BM_QuantSmallBatchPaths(benchmark::State& state, DType t) {
       internal::QuantLinear(x.data(), m, wp, t, kN, kK, nullptr, y.data(), MaxKernelIsa());
     } else if (path == 1) {
       internal::QuantLinearViaGemm(x.data(), m, wp, t, kN, kK, nullptr, y.data());
+    } else if (path == 3) {
+      internal::QuantDotLinear(x.data(), m, wp, t, kN, kK, nullptr, y.data());
     } else {
       internal::AmxQuantLinear(x.data(), m, wp, t, kN, kK, nullptr, y.data());
     }
@@ -205,12 +212,12 @@ void BM_QuantSmallBatchPaths(benchmark::State& state, DType t) {
   ReportRates(state, m, bytes);
 }
 BENCHMARK_CAPTURE(BM_QuantSmallBatchPaths, q8_0, DType::kQ8_0)
-    ->ArgsProduct({{1, 2, 4, 8, 9, 16, 32}, {0, 1, 2}})
+    ->ArgsProduct({{1, 2, 4, 8, 9, 16, 32}, {0, 1, 2, 3}})
     ->ArgNames({"m", "path"})
     ->UseRealTime()
     ->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_QuantSmallBatchPaths, q4_0, DType::kQ4_0)
-    ->ArgsProduct({{1, 8, 16, 32}, {0, 1, 2}})
+    ->ArgsProduct({{1, 8, 16, 32}, {0, 1, 2, 3}})
     ->ArgNames({"m", "path"})
     ->UseRealTime()
     ->MinTime(0.5);
