@@ -217,13 +217,13 @@ void QuantLinear(const float* x, int64_t m, const void* w, DType t, int64_t n, i
   // Handed out dynamically, so that a thread that loses a time slice on a
   // shared machine does not hold the others at the barrier (each output is
   // one block's, so the sums do not depend on the schedule).
-  // One or two rows of x stream the weight a row at a time (the AVX-512
-  // kernel; stream_prefetch.h): about 1 MiB per block, so that a thread's
-  // stream seldom jumps.
+  // Where the AVX-512 kernel streams the weight a row at a time, about
+  // 1 MiB per block, so that a thread's stream seldom jumps.
   constexpr int64_t kRows = 32;
   const bool parallel = n * k * std::min<int64_t>(m, 8) > (1 << 17);
+  const bool stream = isa == KernelIsa::kAvx512Vnni && m <= quant::kAvx512StreamMaxRows;
   const int64_t block_rows =
-      m <= 2 ? StreamItemRows(n, task.row_bytes, kRows, parallel) / 8 * 8 : kRows;
+      stream ? StreamItemRows(n, task.row_bytes, kRows, parallel) / 8 * 8 : kRows;
   const int64_t blocks = (n + block_rows - 1) / block_rows;
 #pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t b = 0; b < blocks; ++b) {

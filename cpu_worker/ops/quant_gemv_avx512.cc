@@ -202,21 +202,20 @@ TANDEM_VNNI void RowGroup(const Task& t, int64_t j0, int64_t ahead) {
 // rows of x a weight row alone read 23-24 GB/s against 26-28 for four
 // (compute: its conversions are no longer shared), at eight 11.5 against
 // 17-20. For 3-4 rows of x, four weight rows at a time read 15-28% more
-// than two (BM_QuantSmallBatchPaths, Q8_0, cold, 2 threads: 18.5 -> 21.3 GB/s at 2
-// rows, 14.4 -> 18.5 at 4). Up to kFewMaxRows rows of x (every batch the
+// than two (BM_QuantSmallBatchPaths, Q8_0, cold, 2 threads: 18.5 -> 21.3
+// GB/s at 2 rows, 14.4 -> 18.5 at 4). Up to kFewMaxRows rows of x (every batch the
 // int8 path takes) the four weight rows pass them four at a time: at 8 rows
 // on the AMD EPYC VM (BM_Linear, 4096 x 4096, alternating) Q8_0 ran
 // 167-180 -> 221-243 GFLOP/s warm and 147-159 -> 183-199 cold, Q4_0
 // 166-189 -> 224-232 cold, Q4_1 the same within the noise; two weight rows
 // remain for more rows of x.
-constexpr int64_t kStreamMaxRows = 2;
 constexpr int kRFew = 4;
 constexpr int64_t kFewMaxRows = 8;
 
 template <DType T, PrefetchLevel L>
 TANDEM_VNNI void Rows(const Task& t, int64_t n0, int64_t n1) {
   int64_t j = n0;
-  if (t.m <= kStreamMaxRows) {
+  if (t.m <= kAvx512StreamMaxRows) {
     const int64_t ahead = (kStreamAheadBytes + t.row_bytes - 1) / t.row_bytes;
     for (; j < n1; ++j) RowGroup<T, 1, L>(t, j, ahead);
     return;

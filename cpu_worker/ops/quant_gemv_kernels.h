@@ -65,6 +65,11 @@ struct Task {
   float* y;  // [m, n]
 };
 
+// Up to this many rows of x, RowsAvx512Vnni reads each weight row alone,
+// one stream with the rows after it (stream_prefetch.h), so its callers
+// hand it items of StreamItemRows.
+inline constexpr int64_t kAvx512StreamMaxRows = 2;
+
 // Output columns (weight rows) [n0, n1) for all m rows.
 void RowsAvx512Vnni(const Task& t, int64_t n0, int64_t n1);
 void RowsAvx2(const Task& t, int64_t n0, int64_t n1);
