@@ -23,6 +23,7 @@
 #include "common/dtype.h"
 #include "common/quant.h"
 #include "cpu_worker/ops/amx_linear.h"
+#include "cpu_worker/ops/bench_sweep.h"
 #include "cpu_worker/ops/bf16_dot_linear.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv.h"
@@ -283,52 +284,13 @@ BENCHMARK(BM_Bf16SmallBatchPaths)
 // Read bandwidth: all threads sum disjoint slices of a kColdBytes buffer,
 // each its slice as 1 or 8 sequential streams side by side (the GEMV
 // kernels stream 4-8 weight rows at once).
-template <int kStreams>
-__attribute__((target("avx512f"))) uint64_t SumSliceAvx512(const uint64_t* p, int64_t n) {
-  const int64_t len = n / kStreams / 8 * 8;  // words per stream, whole vectors
-  __m512i acc[kStreams];
-  for (auto& a : acc) a = _mm512_setzero_si512();
-  for (int64_t i = 0; i < len; i += 8) {
-#pragma GCC unroll 8
-    for (int s = 0; s < kStreams; ++s) {
-      acc[s] = _mm512_add_epi64(acc[s], _mm512_loadu_si512(p + s * len + i));
-    }
-  }
-  uint64_t sum = 0;
-  for (const auto& a : acc) sum += static_cast<uint64_t>(_mm512_reduce_add_epi64(a));
-  return sum;
-}
-
-uint64_t SumSlice(const uint64_t* p, int64_t n, int streams) {
-  if (HostCpuFeatures().avx512f) {
-    return streams == 1 ? SumSliceAvx512<1>(p, n) : SumSliceAvx512<8>(p, n);
-  }
-  uint64_t acc[8] = {};
-  for (int64_t i = 0; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) acc[j] += p[i + j];
-  }
-  uint64_t sum = 0;
-  for (uint64_t a : acc) sum += a;
-  return sum;
-}
-
 void BM_ReadBandwidth(benchmark::State& state) {
   const int streams = static_cast<int>(state.range(0));
   const int64_t words = kColdBytes / 8;
   std::vector<uint64_t> buf(static_cast<size_t>(words));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < words; ++i) buf[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
-  for (auto _ : state) {
-    uint64_t total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
-      const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-      const int64_t chunk = (words + nt - 1) / nt;
-      const int64_t begin = std::min(words, id * chunk);
-      total += SumSlice(buf.data() + begin, std::min(words, begin + chunk) - begin, streams);
-    }
-    benchmark::DoNotOptimize(total);
-  }
+  for (auto _ : state) benchmark::DoNotOptimize(bench::SweepRead(buf.data(), words, streams));
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(kColdBytes) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -410,9 +372,8 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
   std::vector<float> y(static_cast<size_t>(m * kFfn));
   int64_t bytes = 0;
   for (const auto& lw : w) bytes += lw.nbytes();
-  // Each pass is followed by a read sweep of the same bytes (BM_ReadBandwidth's
-  // 8 streams a thread): on a shared VM the bandwidth moves by half between
-  // minutes, so the fraction of the sweep next to it is the figure to
+  // Each pass is followed by a read sweep of the same bytes (8 streams a
+  // thread, bench_sweep.h), and the fraction of the sweep is the figure to
   // compare kernels by.
   const auto* words = reinterpret_cast<const uint64_t*>(base);
   const int64_t nwords = total / 8;
@@ -423,15 +384,7 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
     const auto t1 = std::chrono::steady_clock::now();
-    uint64_t sum = 0;
-#pragma omp parallel reduction(+ : sum)
-    {
-      const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-      const int64_t chunk = (nwords + nt - 1) / nt;
-      const int64_t begin = std::min(nwords, id * chunk);
-      sum += SumSlice(words + begin, std::min(nwords, begin + chunk) - begin, 8);
-    }
-    benchmark::DoNotOptimize(sum);
+    benchmark::DoNotOptimize(bench::SweepRead(words, nwords, 8));
     const auto t2 = std::chrono::steady_clock::now();
     kernel_s += std::chrono::duration<double>(t1 - t0).count();
     sweep_s += std::chrono::duration<double>(t2 - t1).count();
