@@ -10,13 +10,14 @@
 // share one long sequence; a merge step then combines the chunks' (m, l,
 // acc) of each query head into out = acc / l.
 //
-// Within an item the kernel goes tile by tile (up to a block's tokens) and
-// kv head by kv head within a tile, prefetching the slice the next call
-// will read while it reads its own (see Prefetch): a block stores each kv
-// head's keys and values together, so a slice is one contiguous run of
-// memory, the reads stay within one block and the next slice's address is
-// known. Keys lie transposed within a block (attention.h), so the kernels
-// form 16 scores as 16 lanes of one vector and never reduce across lanes.
+// Within an item the kernel goes tile by tile and kv head by kv head
+// within a tile, prefetching the slices the next call will read while it
+// reads its own (see Prefetch). A tile is two runs of up to 16 tokens, each
+// within one block (two 16-token blocks, or half of a larger one): a block
+// stores each kv head's keys and values together, so a run's slice is one
+// contiguous piece of memory and the next slices' addresses are known.
+// Keys lie transposed within a block (attention.h), so the kernels form 16
+// scores as 16 lanes of one vector and never reduce across lanes.
 
 #include <omp.h>
 
@@ -65,20 +66,28 @@ int64_t DecodeChunk(int64_t len, int64_t block_size) {
 constexpr int64_t kMinParallelBytes = int64_t{256} << 10;
 
 // A query head's online-softmax state within an item: acc [head_dim], then
-// m and l. Heads lie `sd` floats apart (a multiple of 16, so each acc starts
-// on a cache line).
-inline int64_t StateStride(int64_t head_dim) { return (head_dim + 2 + 15) / 16 * 16; }
+// m and l, then (AVX-512 kernel) 16 lanes of partial sums of l. Heads lie
+// `sd` floats apart (a multiple of 16, so each acc starts on a cache line).
+inline int64_t StateStride(int64_t head_dim) { return (head_dim + 2 + 15) / 16 * 16 + 16; }
+// Where a head's state keeps the AVX-512 kernel's lanes of l (the last 16
+// floats): summed into l once, at the end of the item.
+inline int64_t LaneSumsAt(int64_t sd) { return sd - 16; }
 
 // The kernels prefetch the rows the next call reads (`next_k`/`next_v`,
-// `next_count` of them) while they read their own, a cache line for a
-// line: the memory then stays busy through the computation instead of
+// `next_count` of them; the AVX-512 kernel's `next` runs) while they read
+// their own, a cache line for a line: the memory then stays busy through
+// the computation instead of
 // waiting for each tile's loads in turn (a core keeps only so many misses in
 // flight, and the sums take a good part of a tile's read time: ~13-15 GB/s
 // per core from L2 against ~11-12 from DRAM at GQA 4). The hint is prefetcht2
 // (to L2): the next call is a few microseconds away, and on the development
 // VM it read 2-5% faster than prefetcht0 in tandem_ops_bench's
 // BM_AttendDecode (1 GiB of KV, 2 threads, mean of 4 interleaved runs).
-// One thread, AVX-512: 7.5 GB/s without prefetching, 11.5 with.
+// One thread, AVX-512: 7.5 GB/s without prefetching, 11.5 with. On the
+// AMD EPYC VM (2 threads, 1 GiB): 13-15 GB/s without, 33-39 with; the
+// other hints read the same, keys fetched two calls ahead no better, and
+// the values fetched in address order during the score pass (instead of
+// in the order the value pass reads them) 10% worse.
 inline void Prefetch(const float* p) { __builtin_prefetch(p, 0, 1); }  // prefetcht2
 inline void PrefetchRow(const float* p, int64_t hd) {
   for (int64_t d = 0; d < hd; d += 16) Prefetch(p + d);
@@ -226,14 +235,47 @@ TANDEM_AVX512 inline void Store(float* p, __mmask16 m, __m512 x) {
   }
 }
 
-// acc[g, d .. d+16C) = acc * corr[g] + sum_j p[g][j] v[j, d .. d+16C): the
-// G * C accumulators stay in registers across the tile's V rows, and each
-// broadcast p[g][j] serves C vectors. Rows j < pf_count at `pv` (the next
-// call's) are prefetched alongside, a cache line for each one loaded.
+// A run: up to 16 consecutive tokens of one kv head within one block —
+// their keys are columns [0, n) of `k` (transposed, `kstride` floats
+// between dimensions) and their values the n rows at `v`, head_dim floats
+// apart. A tile is two runs (the second may be empty): 16-token blocks pair
+// up, so that each broadcast of q and each pass over the accumulators
+// serves 32 tokens.
+struct Run {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t n = 0;
+};
+
+// acc[g, d .. d+16C) = acc * corr[g] + sum_j p[g][j] v[j, d .. d+16C)
+// over both runs (run 1's scores at p[g][16 ..]): the G * C accumulators
+// stay in registers across the tile's V rows, and each broadcast p[g][j]
+// serves C vectors. The next call's rows (`next`) are prefetched alongside,
+// a cache line for each one loaded.
+template <int G, int C, bool kMasked>
+TANDEM_AVX512 __attribute__((always_inline)) inline void PvRows(
+    const float (*p)[kMaxTile], int64_t p0, const float* v, int64_t hd, int64_t count, int64_t d,
+    __mmask16 m, const float* pv, int64_t pf_count, __m512 (&a)[C][G]) {
+  for (int64_t j = 0; j < count; ++j) {
+    __m512 vv[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      if (j < pf_count) Prefetch(pv + j * hd + d + 16 * c);
+      vv[c] = Load<kMasked>(v + j * hd + d + 16 * c, m);
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      const __m512 pg = _mm512_set1_ps(p[g][p0 + j]);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) a[c][g] = _mm512_fmadd_ps(pg, vv[c], a[c][g]);
+    }
+  }
+}
+
 template <int G, int C, bool kMasked>
 TANDEM_AVX512 __attribute__((always_inline)) inline void PvStep(
-    const float (*p)[kMaxTile], const float* corr, const float* v, int64_t stride, int64_t count,
-    int64_t d, __mmask16 m, float* state, int64_t sd, const float* pv, int64_t pf_count) {
+    const float (*p)[kMaxTile], const float* corr, const Run (&r)[2], int64_t hd, int64_t d,
+    __mmask16 m, float* state, int64_t sd, const Run (&next)[2]) {
   __m512 a[C][G];
 #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) {
@@ -243,20 +285,10 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void PvStep(
           _mm512_mul_ps(Load<kMasked>(state + g * sd + d + 16 * c, m), _mm512_set1_ps(corr[g]));
     }
   }
-  for (int64_t j = 0; j < count; ++j) {
-    __m512 vv[C];
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      if (j < pf_count) Prefetch(pv + j * stride + d + 16 * c);
-      vv[c] = Load<kMasked>(v + j * stride + d + 16 * c, m);
-    }
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) {
-      const __m512 pg = _mm512_set1_ps(p[g][j]);
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) a[c][g] = _mm512_fmadd_ps(pg, vv[c], a[c][g]);
-    }
-  }
+  PvRows<G, C, kMasked>(p, 0, r[0].v, hd, r[0].n, d, m, next[0].v,
+                        std::min(r[0].n, next[0].n), a);
+  PvRows<G, C, kMasked>(p, 16, r[1].v, hd, r[1].n, d, m, next[1].v,
+                        std::min(r[1].n, next[1].n), a);
 #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) {
 #pragma GCC unroll 8
@@ -269,139 +301,214 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void PvStep(
 // kept the Exp512 constants live across the V loop and spilled its
 // accumulators (G = 8 ran at half speed).
 
-// G * P accumulators over the dimensions [d, d_end) (a multiple of P
-// long), each a sum of FMAs from zero; the last `tail` dimensions go to the
-// first partial sum.
-template <int G, int P>
+// G * P accumulators per run over the dimensions [d, d_end) (a multiple of
+// P long), each a sum of FMAs from zero; the last `tail` dimensions go to
+// the first partial sum. R runs (1 or 2) of 16 keys share each broadcast of
+// q. q is dimension-major ([hd][G], see QueryByDimension): the broadcasts
+// of one step come from one pointer at constant offsets, and the loop keeps
+// its pointers in registers (with a pointer per head, GCC ran out of them
+// at G = 4 and moved some to the stack and to vector registers inside the
+// loop). kPf: whether the next call's keys (nk) are prefetched, a line for
+// each line loaded.
+template <int G, int P, int R, bool kPf>
 TANDEM_AVX512 __attribute__((always_inline)) inline void DotKeys(
-    const float* q, int64_t hd, const float* k, int64_t kstride, __mmask16 m, const float* nk,
-    bool pf, int64_t d, int64_t d_end, int64_t tail, __m512 (&a)[P][G]) {
+    const float* q, const float* const (&k)[2], int64_t kstride, const __mmask16 (&m)[2],
+    const float* const (&nk)[2], int64_t d, int64_t d_end, int64_t tail, __m512 (&a)[R][P][G]) {
+#pragma GCC unroll 2
+  for (int x = 0; x < R; ++x) {
 #pragma GCC unroll 8
-  for (int r = 0; r < P; ++r) {
+    for (int r = 0; r < P; ++r) {
 #pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) a[r][g] = _mm512_setzero_ps();
+      for (int g = 0; g < G; ++g) a[x][r][g] = _mm512_setzero_ps();
+    }
   }
+  const float* qd = q + d * G;
+  const int64_t at = d * kstride;
+  const float* kd[2] = {k[0] + at, k[1] + at};
+  const float* nkd[2] = {nk[0] + at, nk[1] + at};
   for (; d < d_end; d += P) {
 #pragma GCC unroll 8
     for (int r = 0; r < P; ++r) {
-      if (pf) Prefetch(nk + (d + r) * kstride);
-      const __m512 kv = _mm512_maskz_loadu_ps(m, k + (d + r) * kstride);
+      __m512 kv[R];
+#pragma GCC unroll 2
+      for (int x = 0; x < R; ++x) {
+        if constexpr (kPf) Prefetch(nkd[x] + r * kstride);
+        kv[x] = _mm512_maskz_loadu_ps(m[x], kd[x] + r * kstride);
+      }
 #pragma GCC unroll 4
       for (int g = 0; g < G; ++g) {
-        a[r][g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * hd + d + r]), kv, a[r][g]);
+        const __m512 qg = _mm512_set1_ps(qd[r * G + g]);
+#pragma GCC unroll 2
+        for (int x = 0; x < R; ++x) a[x][r][g] = _mm512_fmadd_ps(qg, kv[x], a[x][r][g]);
       }
+    }
+    qd += P * G;
+#pragma GCC unroll 2
+    for (int x = 0; x < R; ++x) {
+      kd[x] += P * kstride;
+      nkd[x] += P * kstride;
     }
   }
   // Constant indices keep a in registers.
-  for (int64_t e = d; e < d + tail; ++e) {
-    if (pf) Prefetch(nk + e * kstride);
-    const __m512 kv = _mm512_maskz_loadu_ps(m, k + e * kstride);
+  for (int64_t e = 0; e < tail; ++e) {
+    __m512 kv[R];
+#pragma GCC unroll 2
+    for (int x = 0; x < R; ++x) {
+      if constexpr (kPf) Prefetch(nkd[x] + e * kstride);
+      kv[x] = _mm512_maskz_loadu_ps(m[x], kd[x] + e * kstride);
+    }
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
-      a[0][g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * hd + e]), kv, a[0][g]);
+      const __m512 qg = _mm512_set1_ps(qd[e * G + g]);
+#pragma GCC unroll 2
+      for (int x = 0; x < R; ++x) a[x][0][g] = _mm512_fmadd_ps(qg, kv[x], a[x][0][g]);
     }
   }
 }
 
-// Scores of the tile's keys into p, 16 keys at a time. With the keys
-// transposed, dimension d of 16 keys is one vector: each query head's 16
-// scores build up in the lanes of one accumulator, one FMA per dimension
+// Partial sums per score, so that 8 or so independent FMA chains hide the
+// FMA latency: one run keeps 8 (6 at G = 3); two runs have twice the
+// accumulators per partial sum, so half the partial sums keep 8 (12 at
+// G = 3), and at G = 4 one sum is all the registers allow.
+template <int G, int R>
+constexpr int PartialSums() {
+  if constexpr (R == 1) {
+    return G == 1 ? 8 : G == 2 ? 4 : 2;
+  } else {
+    return G == 1 ? 4 : G == 2 ? 2 : G == 3 ? 2 : 1;
+  }
+}
+
+// Scores of R runs' 16 keys each (run x's into p[g][16 x ..]). With the
+// keys transposed, dimension d of 16 keys is one vector: each query head's
+// 16 scores build up in the lanes of one accumulator, one FMA per dimension
 // with the broadcast q[g][d], and need no reduction across lanes (with
 // row-major keys, reducing each key's 16 lanes cost about as much as its
-// FMAs at head_dim 64). The dimensions are split over P interleaved partial
-// sums (8 independent FMA chains at G = 4, to hide the FMA latency), each
-// summed 8 dimensions at a time into a fresh register then added to its
-// total, and the totals added pairwise: that keeps a score's rounding error
-// near the row-major kernel's (16 lanes of hd / 16 terms each; one chain of
-// 128 dimensions doubled the decode test's worst error and broke its 1e-5
-// bound at q_scale 8). At most 4 heads at a time keep the accumulators in
-// registers; a larger group runs in two slices (ScoreTile), the second
-// finding the keys in L1. The next call's keys are prefetched alongside,
-// a line for each line loaded.
-template <int G>
-TANDEM_AVX512 __attribute__((always_inline)) inline void ScoreKeys(
-    const float* q, int64_t hd, const float* kt, int64_t kstride, int64_t count, float scale,
-    float (*p)[kMaxTile], const float* next_k, int64_t next_count) {
-  static_assert(G <= 4);
-  constexpr int P = G == 1 ? 8 : G == 2 ? 4 : 2;
+// FMAs at head_dim 64). The dimensions are split over P interleaved
+// partial sums (PartialSums), each summed 8 dimensions at a time into a
+// fresh register then added to its total, and the totals added pairwise:
+// that keeps a score's rounding error near the row-major kernel's (16
+// lanes of hd / 16 terms each; one chain of 128 dimensions doubled the
+// decode test's worst error and broke its 1e-5 bound at q_scale 8).
+template <int G, int R, bool kPf>
+TANDEM_AVX512 __attribute__((always_inline)) inline void ScoreRuns(
+    const float* q, int64_t hd, const float* const (&k)[2], int64_t kstride,
+    const __mmask16 (&m)[2], float scale, float (*p)[kMaxTile], const float* const (&nk)[2]) {
+  constexpr int P = PartialSums<G, R>();
   constexpr int64_t kRun = 8;
   constexpr int64_t kSpan = kRun * P;  // dimensions per round
-  const __m512 sc = _mm512_set1_ps(scale);
-  for (int64_t j = 0; j < count; j += 16) {
-    const __mmask16 m = TailMask(count - j);
-    const bool pf = j < next_count;
-    const float* k = kt + j;
-    const float* nk = next_k + j;
-    __m512 t[P][G];
-    const int64_t first_end = std::min(hd, kSpan);
-    DotKeys<G, P>(q, hd, k, kstride, m, nk, pf, 0, first_end / P * P, first_end % P, t);
-    for (int64_t d = kSpan; d < hd; d += kSpan) {
-      const int64_t end = std::min(hd, d + kSpan);
-      __m512 a[P][G];
-      DotKeys<G, P>(q, hd, k, kstride, m, nk, pf, d, d + (end - d) / P * P, (end - d) % P, a);
+  __m512 t[R][P][G];
+  const int64_t first_end = std::min(hd, kSpan);
+  DotKeys<G, P, R, kPf>(q, k, kstride, m, nk, 0, first_end / P * P, first_end % P, t);
+  for (int64_t d = kSpan; d < hd; d += kSpan) {
+    const int64_t end = std::min(hd, d + kSpan);
+    __m512 a[R][P][G];
+    DotKeys<G, P, R, kPf>(q, k, kstride, m, nk, d, d + (end - d) / P * P, (end - d) % P, a);
+#pragma GCC unroll 2
+    for (int x = 0; x < R; ++x) {
 #pragma GCC unroll 8
       for (int r = 0; r < P; ++r) {
 #pragma GCC unroll 4
-        for (int g = 0; g < G; ++g) t[r][g] = _mm512_add_ps(t[r][g], a[r][g]);
+        for (int g = 0; g < G; ++g) t[x][r][g] = _mm512_add_ps(t[x][r][g], a[x][r][g]);
       }
     }
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 2
+  for (int x = 0; x < R; ++x) {
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       __m512 s[P];
 #pragma GCC unroll 8
-      for (int r = 0; r < P; ++r) s[r] = t[r][g];
+      for (int r = 0; r < P; ++r) s[r] = t[x][r][g];
 #pragma GCC unroll 4
       for (int w = 1; w < P; w *= 2) {
 #pragma GCC unroll 8
         for (int r = 0; r + w < P; r += 2 * w) s[r] = _mm512_add_ps(s[r], s[r + w]);
       }
-      _mm512_store_ps(p[g] + j, _mm512_mul_ps(s[0], sc));
+      _mm512_store_ps(p[g] + 16 * x, _mm512_mul_ps(s[0], sc));
     }
   }
 }
 
+// Scores of the tile's tokens into p for G <= 4 heads (q: theirs,
+// dimension-major), prefetching the next call's keys if `pf`.
 template <int G>
-TANDEM_AVX512 __attribute__((noinline)) void ScoreTile(const float* q, int64_t hd, const float* kt,
-                                                       int64_t kstride, int64_t count, float scale,
-                                                       float (*p)[kMaxTile], const float* next_k,
-                                                       const float* next_v, int64_t vstride,
-                                                       int64_t next_count) {
-  if constexpr (G <= 4) {
-    ScoreKeys<G>(q, hd, kt, kstride, count, scale, p, next_k, next_count);
+TANDEM_AVX512 __attribute__((always_inline)) inline void ScoreKeys(
+    const float* q, int64_t hd, const Run (&r)[2], int64_t kstride, float scale,
+    float (*p)[kMaxTile], const Run (&next)[2], bool pf) {
+  static_assert(G <= 4);
+  const float* const k[2] = {r[0].k, r[1].k};
+  // An empty next run prefetches the other's lines again (harmless).
+  const float* const nk[2] = {next[0].k, next[1].n > 0 ? next[1].k : next[0].k};
+  const __mmask16 m[2] = {TailMask(r[0].n), TailMask(r[1].n)};
+  if (r[1].n > 0) {
+    if (pf) {
+      ScoreRuns<G, 2, true>(q, hd, k, kstride, m, scale, p, nk);
+    } else {
+      ScoreRuns<G, 2, false>(q, hd, k, kstride, m, scale, p, nk);
+    }
+  } else if (pf) {
+    ScoreRuns<G, 1, true>(q, hd, k, kstride, m, scale, p, nk);
   } else {
-    ScoreKeys<4>(q, hd, kt, kstride, count, scale, p, next_k, next_count);
-    ScoreKeys<G - 4>(q + 4 * hd, hd, kt, kstride, count, scale, p + 4, next_k, 0);
+    ScoreRuns<G, 1, false>(q, hd, k, kstride, m, scale, p, nk);
   }
-  // A next tile longer than this one (after a chunk's first, partial
+}
+
+// At most 4 heads at a time keep the accumulators in registers; a larger
+// group runs in two slices, the second finding the keys in L1. The next
+// call's keys are prefetched alongside, a line for each line loaded.
+template <int G>
+TANDEM_AVX512 __attribute__((noinline)) void ScoreTile(const float* q, int64_t hd,
+                                                       const Run (&r)[2], int64_t kstride,
+                                                       float scale, float (*p)[kMaxTile],
+                                                       const Run (&next)[2]) {
+  const bool pf = next[0].n > 0;
+  if constexpr (G <= 4) {
+    ScoreKeys<G>(q, hd, r, kstride, scale, p, next, pf);
+  } else {
+    ScoreKeys<4>(q, hd, r, kstride, scale, p, next, pf);
+    ScoreKeys<G - 4>(q + 4 * hd, hd, r, kstride, scale, p + 4, next, false);
+  }
+  // A next run longer than this one (after a chunk's first, partial
   // block): its remaining keys and value rows.
-  const int64_t covered = (count + 15) / 16 * 16;
-  if (next_count > covered) PrefetchKeys(next_k + covered, kstride, hd, next_count - covered);
-  for (int64_t r = count; r < next_count; ++r) PrefetchRow(next_v + r * vstride, hd);
+  for (int x = 0; x < 2; ++x) {
+    const int64_t have = r[x].n > 0 ? 16 : 0;
+    if (next[x].n > have) PrefetchKeys(next[x].k + have, kstride, hd, next[x].n - have);
+    for (int64_t j = r[x].n; j < next[x].n; ++j) PrefetchRow(next[x].v + j * hd, hd);
+  }
 }
 
 // Online softmax over the tile's scores: p becomes exp(s - m_new), each
-// head's m and l are updated and corr[g] = exp(m_old - m_new) is what its
-// accumulator must be scaled by.
+// head's m and its lanes of l are updated and corr[g] = exp(m_old - m_new)
+// is what its accumulator must be scaled by. Past the first tiles the
+// maximum seldom moves: a compare against it (no reduction across lanes)
+// finds the tiles where it does, and only those take the maximum and the
+// scalar exp. l is kept as 16 lane sums (summed once per item, in
+// RunItem), so a tile needs no reduction across lanes at all; a score that
+// is NaN compares false, gives p = NaN and poisons the output as before.
 template <int G>
-TANDEM_AVX512 inline void SoftmaxTile(int64_t hd, int64_t count, float (*p)[kMaxTile], float* state,
-                                      int64_t sd, float* corr) {
-  const __mmask16 m0 = TailMask(count);
-  const __mmask16 m1 = TailMask(std::max<int64_t>(count - 16, 0));
+TANDEM_AVX512 inline void SoftmaxTile(int64_t hd, const Run (&r)[2], float (*p)[kMaxTile],
+                                      float* state, int64_t sd, float* corr) {
+  const __mmask16 m0 = TailMask(r[0].n);
+  const __mmask16 m1 = TailMask(r[1].n);
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const int64_t lanes = LaneSumsAt(sd);
 #pragma GCC unroll 8
   for (int g = 0; g < G; ++g) {
     float* st = state + g * sd;
     const __m512 s0 = _mm512_mask_loadu_ps(neg_inf, m0, p[g]);
-    // Tiles are mostly one 16-token block: the second half only if used.
     const __m512 s1 = m1 != 0 ? _mm512_mask_loadu_ps(neg_inf, m1, p[g] + 16) : neg_inf;
-    const float mx = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
     const float m_old = st[hd];
-    const float m_new = std::max(m_old, mx);
-    // exp(-inf) = 0 on the first tile: acc and l start at zero anyway.
-    // Past the first tiles the maximum seldom moves, and ExpApprox(0) is
-    // exactly 1: the scalar exp is skipped then.
-    corr[g] = m_new == m_old ? 1.0f : internal::ExpApprox(m_old - m_new);
-    const __m512 mn = _mm512_set1_ps(m_new);
+    const __m512 mo = _mm512_set1_ps(m_old);
+    corr[g] = 1.0f;
+    if ((_mm512_cmp_ps_mask(s0, mo, _CMP_GT_OQ) | _mm512_cmp_ps_mask(s1, mo, _CMP_GT_OQ)) != 0) {
+      const float m_new = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
+      // exp(-inf) = 0 on the first tile: acc and l start at zero anyway.
+      corr[g] = internal::ExpApprox(m_old - m_new);
+      st[hd] = m_new;
+    }
+    const __m512 mn = _mm512_set1_ps(st[hd]);
     __m512 e = _mm512_maskz_mov_ps(m0, Exp512(_mm512_sub_ps(s0, mn)));
     _mm512_store_ps(p[g], e);
     if (m1 != 0) {
@@ -409,60 +516,55 @@ TANDEM_AVX512 inline void SoftmaxTile(int64_t hd, int64_t count, float (*p)[kMax
       _mm512_store_ps(p[g] + 16, e1);
       e = _mm512_add_ps(e, e1);
     }
-    st[hd] = m_new;
-    st[hd + 1] = st[hd + 1] * corr[g] + _mm512_reduce_add_ps(e);
+    __m512 l = _mm512_load_ps(st + lanes);
+    if (corr[g] != 1.0f) l = _mm512_mul_ps(l, _mm512_set1_ps(corr[g]));
+    _mm512_store_ps(st + lanes, _mm512_add_ps(l, e));
   }
 }
 
 // acc = acc * corr + p · V over the tile, kCols column vectors at a time.
 template <int G>
 TANDEM_AVX512 __attribute__((noinline)) void PvTile(const float (*p)[kMaxTile], const float* corr,
-                                                    int64_t hd, const float* v, int64_t stride,
-                                                    int64_t count, float* state, int64_t sd,
-                                                    const float* next_v, int64_t next_count) {
+                                                    int64_t hd, const Run (&r)[2], float* state,
+                                                    int64_t sd, const Run (&next)[2]) {
   const int64_t hd_full = hd / 16 * 16;
   const __mmask16 tail = TailMask(hd - hd_full);
-  constexpr int kCols = G <= 2 ? 4 : G <= 4 ? 2 : 1;
-  const int64_t pf = std::min(count, next_count);
+  // 4 column vectors up to 4 heads: 16 accumulators, and each broadcast of
+  // p serves 4 FMAs (2 columns at G = 4 measured ~5% slower from L3).
+  constexpr int kCols = G <= 4 ? 4 : 1;
   int64_t d = 0;
   for (; d + 16 * kCols <= hd_full; d += 16 * kCols) {
-    PvStep<G, kCols, false>(p, corr, v, stride, count, d, tail, state, sd, next_v, pf);
+    PvStep<G, kCols, false>(p, corr, r, hd, d, tail, state, sd, next);
   }
-  for (; d < hd_full; d += 16) {
-    PvStep<G, 1, false>(p, corr, v, stride, count, d, tail, state, sd, next_v, pf);
-  }
-  if (tail != 0) {
-    PvStep<G, 1, true>(p, corr, v, stride, count, hd_full, tail, state, sd, next_v, pf);
-  }
+  for (; d < hd_full; d += 16) PvStep<G, 1, false>(p, corr, r, hd, d, tail, state, sd, next);
+  if (tail != 0) PvStep<G, 1, true>(p, corr, r, hd, hd_full, tail, state, sd, next);
 }
 
-// The tile for G query heads (kt: its transposed keys, `kstride` floats
-// between dimensions; v: `count` value rows of hd floats, hd apart),
+// The tile for G query heads (q: theirs as QueryByDimension lays them out),
 // prefetching the next call's keys and values as it goes.
 template <int G>
-TANDEM_AVX512 void TileAvx512G(const float* q, int64_t hd, const float* kt, int64_t kstride,
-                               const float* v, int64_t count, float scale, float* state, int64_t sd,
-                               const float* next_k, const float* next_v, int64_t next_count) {
+TANDEM_AVX512 void TileAvx512G(const float* q, int64_t hd, const Run (&r)[2], int64_t kstride,
+                               float scale, float* state, int64_t sd, const Run (&next)[2]) {
   alignas(64) float p[G][kMaxTile];
   float corr[G];
-  ScoreTile<G>(q, hd, kt, kstride, count, scale, p, next_k, next_v, hd, next_count);
-  SoftmaxTile<G>(hd, count, p, state, sd, corr);
-  PvTile<G>(p, corr, hd, v, hd, count, state, sd, next_v, next_count);
+  ScoreTile<G>(q, hd, r, kstride, scale, p, next);
+  SoftmaxTile<G>(hd, r, p, state, sd, corr);
+  PvTile<G>(p, corr, hd, r, state, sd, next);
 }
 
-TANDEM_AVX512 void TileAvx512(const float* q, int64_t group, int64_t hd, const float* kt,
-                              int64_t kstride, const float* v, int64_t count, float scale,
-                              float* state, int64_t sd, const float* next_k, const float* next_v,
-                              int64_t next_count) {
+TANDEM_AVX512 void TileAvx512(const float* q, int64_t group, int64_t hd, const Run (&r)[2],
+                              int64_t kstride, float scale, float* state, int64_t sd,
+                              const Run (&next)[2]) {
+  const Run none[2];
   for (int64_t g0 = 0; g0 < group; g0 += kMaxGroup) {
     const float* qg = q + g0 * hd;
     float* st = state + g0 * sd;
     // Slices after the first find the tile in L1: nothing more to prefetch.
-    const int64_t nc = g0 == 0 ? next_count : 0;
+    const Run (&nx)[2] = g0 == 0 ? next : none;
     switch (std::min<int64_t>(kMaxGroup, group - g0)) {
-#define TANDEM_TILE_CASE(G)                                                                  \
-  case G:                                                                                    \
-    TileAvx512G<G>(qg, hd, kt, kstride, v, count, scale, st, sd, next_k, next_v, nc); \
+#define TANDEM_TILE_CASE(G)                                       \
+  case G:                                                         \
+    TileAvx512G<G>(qg, hd, r, kstride, scale, st, sd, nx);        \
     break;
       TANDEM_TILE_CASE(1)
       TANDEM_TILE_CASE(2)
@@ -473,6 +575,54 @@ TANDEM_AVX512 void TileAvx512(const float* q, int64_t group, int64_t hd, const f
       TANDEM_TILE_CASE(7)
       TANDEM_TILE_CASE(8)
 #undef TANDEM_TILE_CASE
+    }
+  }
+}
+
+// Four heads' 16 dimensions d0 .. d0 + 15 (rows q, q + hd, .., q + 3 hd)
+// into out[d * 4 + g]: two rounds of unpacks pair the heads per dimension
+// (a dimension per 128-bit lane, the lanes' dimensions 4 apart), then a
+// transpose of the 128-bit lanes puts the dimensions in order.
+TANDEM_AVX512 inline void Transpose4x16(const float* q, int64_t hd, float* out) {
+  const __m512 a = _mm512_loadu_ps(q), b = _mm512_loadu_ps(q + hd);
+  const __m512 c = _mm512_loadu_ps(q + 2 * hd), e = _mm512_loadu_ps(q + 3 * hd);
+  const __m512d ab_lo = _mm512_castps_pd(_mm512_unpacklo_ps(a, b));
+  const __m512d ab_hi = _mm512_castps_pd(_mm512_unpackhi_ps(a, b));
+  const __m512d ce_lo = _mm512_castps_pd(_mm512_unpacklo_ps(c, e));
+  const __m512d ce_hi = _mm512_castps_pd(_mm512_unpackhi_ps(c, e));
+  // t_i: dimensions i, i + 4, i + 8 and i + 12, four heads each.
+  const __m512 t0 = _mm512_castpd_ps(_mm512_unpacklo_pd(ab_lo, ce_lo));
+  const __m512 t1 = _mm512_castpd_ps(_mm512_unpackhi_pd(ab_lo, ce_lo));
+  const __m512 t2 = _mm512_castpd_ps(_mm512_unpacklo_pd(ab_hi, ce_hi));
+  const __m512 t3 = _mm512_castpd_ps(_mm512_unpackhi_pd(ab_hi, ce_hi));
+  const __m512 x0 = _mm512_shuffle_f32x4(t0, t1, 0x88), x1 = _mm512_shuffle_f32x4(t0, t1, 0xDD);
+  const __m512 x2 = _mm512_shuffle_f32x4(t2, t3, 0x88), x3 = _mm512_shuffle_f32x4(t2, t3, 0xDD);
+  _mm512_storeu_ps(out, _mm512_shuffle_f32x4(x0, x2, 0x88));
+  _mm512_storeu_ps(out + 16, _mm512_shuffle_f32x4(x1, x3, 0x88));
+  _mm512_storeu_ps(out + 32, _mm512_shuffle_f32x4(x0, x2, 0xDD));
+  _mm512_storeu_ps(out + 48, _mm512_shuffle_f32x4(x1, x3, 0xDD));
+}
+
+// The AVX-512 kernels' form of a sequence's queries: per kv head, its
+// group's heads in slices of 4 (the score pass's heads per call), each slice
+// dimension-major: the slice of heads g0 .. g0 + G (G <= 4) at
+// out + (kvh * group + g0) * hd holds q[g0 + g][d] at [d * G + g]. q and
+// out are [heads, hd]. Each item makes its own copy, so no thread waits on
+// another's; whole slices of 4 go 16 dimensions a step.
+TANDEM_AVX512 void QueryByDimension(const float* q, int64_t kv_heads, int64_t group, int64_t hd,
+                                    float* out) {
+  for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
+    for (int64_t g0 = 0; g0 < group; g0 += 4) {
+      const int64_t n = std::min<int64_t>(4, group - g0);
+      const float* src = q + (kvh * group + g0) * hd;
+      float* dst = out + (kvh * group + g0) * hd;
+      int64_t d = 0;
+      if (n == 4) {
+        for (; d + 16 <= hd; d += 16) Transpose4x16(src + d, hd, dst + d * 4);
+      }
+      for (; d < hd; ++d) {
+        for (int64_t g = 0; g < n; ++g) dst[d * n + g] = src[g * hd + d];
+      }
     }
   }
 }
@@ -497,54 +647,99 @@ void RunItem(const DecodeQuery& dq, const Item& it, int64_t heads, const PagedKv
              float scale, bool avx512, float* state, int64_t sd) {
   const int64_t hd = kv.head_dim, bs = kv.block_size, kvh_count = kv.kv_heads;
   const int64_t group = heads / kvh_count;
+  // The queries as the kernel reads them: QueryByDimension's form for
+  // AVX-512 (this thread's copy, grown once), dq.q's for the portable one.
+  const float* queries = dq.q;
+  if (avx512) {
+    thread_local std::vector<float> q_by_dim;
+    if (q_by_dim.size() < static_cast<size_t>(heads * hd)) {
+      q_by_dim.resize(static_cast<size_t>(heads * hd));
+    }
+    QueryByDimension(dq.q, kvh_count, group, hd, q_by_dim.data());
+    queries = q_by_dim.data();
+  }
   // A block holds, per kv head, bs keys transposed ([head_dim, block_size])
-  // and bs value rows ([block_size, head_dim]): a tile of one kv head is a
-  // column range of the first and `n` consecutive rows of the second, and
-  // the block's next kv head starts bs * hd floats on in both.
+  // and bs value rows ([block_size, head_dim]): a run of one kv head is a
+  // column range of the first and consecutive rows of the second, and the
+  // block's next kv head starts bs * hd floats on in both.
   const int64_t head_stride = bs * hd;
-  // The tile starting at token t: the offsets of its kv head 0 keys and
-  // values and its length.
+  // A tile's runs as offsets of their kv head 0 keys and values.
   struct At {
-    int64_t k = 0, v = 0;
+    int64_t k = 0, v = 0, n = 0;
   };
-  auto tile = [&](int64_t t, At* at) {
+  struct TileAt {
+    At r[2];
+    int64_t n() const { return r[0].n + r[1].n; }
+  };
+  // The run starting at token t, up to 16 tokens and not past the block or
+  // the item.
+  auto run = [&](int64_t t) {
     const int64_t off = t % bs;
     const int64_t block = static_cast<int64_t>(dq.block_table[t / bs]) * kvh_count * head_stride;
-    at->k = block + off;
-    at->v = block + off * hd;
-    return std::min({kMaxTile, bs - off, it.t1 - t});
+    return At{block + off, block + off * hd, std::min<int64_t>({16, bs - off, it.t1 - t})};
   };
-  At at;
-  int64_t n = tile(it.t0, &at);
+  auto tile = [&](int64_t t) {
+    TileAt x;
+    if (t >= it.t1) return x;
+    x.r[0] = run(t);
+    if (t + x.r[0].n < it.t1) x.r[1] = run(t + x.r[0].n);
+    return x;
+  };
+  // The pointers of a tile's runs for kv head kvh (empty runs stay empty).
+  auto runs = [&](const TileAt& x, int64_t kvh, Run (&out)[2]) {
+    for (int i = 0; i < 2; ++i) {
+      out[i] = x.r[i].n > 0 ? Run{kv.k + x.r[i].k + kvh * head_stride,
+                                  kv.v + x.r[i].v + kvh * head_stride, x.r[i].n}
+                            : Run{};
+    }
+  };
   for (int64_t h = 0; h < heads; ++h) {
     float* st = state + h * sd;
     std::fill(st, st + hd, 0.0f);
     st[hd] = -std::numeric_limits<float>::infinity();
     st[hd + 1] = 0.0f;
+    std::fill(st + LaneSumsAt(sd), st + sd, 0.0f);
   }
+  TileAt cur = tile(it.t0);
   for (int64_t t = it.t0; t < it.t1;) {
-    At next_at;
-    const int64_t next_n = t + n < it.t1 ? tile(t + n, &next_at) : 0;
+    const TileAt after = tile(t + cur.n());
     for (int64_t kvh = 0; kvh < kvh_count; ++kvh) {
-      const float* q = dq.q + kvh * group * hd;
+      const float* q = queries + kvh * group * hd;
       float* st = state + kvh * group * sd;
-      const At cur{at.k + kvh * head_stride, at.v + kvh * head_stride};
       // What the next call reads: this tile's next kv head, or the next
       // tile's first.
-      const bool last = kvh + 1 == kvh_count;
-      const At next = last ? next_at : At{cur.k + head_stride, cur.v + head_stride};
-      const int64_t nn = last ? next_n : n;
-      if (avx512) {
-        TileAvx512(q, group, hd, kv.k + cur.k, bs, kv.v + cur.v, n, scale, st, sd,
-                   kv.k + next.k, kv.v + next.v, nn);
+      Run r[2], next[2];
+      runs(cur, kvh, r);
+      if (kvh + 1 < kvh_count) {
+        runs(cur, kvh + 1, next);
       } else {
-        TilePortable(q, group, hd, kv.k + cur.k, bs, kv.v + cur.v, hd, n, scale, st, sd,
-                     kv.k + next.k, kv.v + next.v, nn);
+        runs(after, 0, next);
+      }
+      if (avx512) {
+        TileAvx512(q, group, hd, r, bs, scale, st, sd, next);
+      } else {
+        // One run a call; the next call is this tile's second run, if any.
+        const Run& n0 = r[1].n > 0 ? r[1] : next[0];
+        TilePortable(q, group, hd, r[0].k, bs, r[0].v, hd, r[0].n, scale, st, sd, n0.k, n0.v,
+                     n0.n);
+        if (r[1].n > 0) {
+          TilePortable(q, group, hd, r[1].k, bs, r[1].v, hd, r[1].n, scale, st, sd, next[0].k,
+                       next[0].v, next[0].n);
+        }
       }
     }
-    t += n;
-    at = next_at;
-    n = next_n;
+    t += cur.n();
+    cur = after;
+  }
+  if (avx512) {
+    // The AVX-512 kernel's lanes of l, summed in a fixed order.
+    for (int64_t h = 0; h < heads; ++h) {
+      float* st = state + h * sd;
+      const float* lanes = st + LaneSumsAt(sd);
+      float l = 0.0f;
+      for (int i = 0; i < 16; ++i) l += lanes[i];
+      st[hd + 1] = l;
+    }
   }
 }
 
