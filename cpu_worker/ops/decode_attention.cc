@@ -301,6 +301,27 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void PvStep(
 // kept the Exp512 constants live across the V loop and spilled its
 // accumulators (G = 8 ran at half speed).
 
+// One dimension of R runs' keys (`at` floats past kd[x], masked by m[x])
+// times the G heads' q at that dimension (qd[g]), added to a[x][g];
+// prefetching the next call's line of each run (nkd[x] + at) if kPf.
+template <int G, int R, bool kPf>
+TANDEM_AVX512 __attribute__((always_inline)) inline void DotDimension(
+    const float* qd, const float* const (&kd)[2], const float* const (&nkd)[2], int64_t at,
+    const __mmask16 (&m)[2], __m512 (&a)[R][G]) {
+  __m512 kv[R];
+#pragma GCC unroll 2
+  for (int x = 0; x < R; ++x) {
+    if constexpr (kPf) Prefetch(nkd[x] + at);
+    kv[x] = _mm512_maskz_loadu_ps(m[x], kd[x] + at);
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) {
+    const __m512 qg = _mm512_set1_ps(qd[g]);
+#pragma GCC unroll 2
+    for (int x = 0; x < R; ++x) a[x][g] = _mm512_fmadd_ps(qg, kv[x], a[x][g]);
+  }
+}
+
 // G * P accumulators per run over the dimensions [d, d_end) (a multiple of
 // P long), each a sum of FMAs from zero; the last `tail` dimensions go to
 // the first partial sum. R runs (1 or 2) of 16 keys share each broadcast of
@@ -313,13 +334,13 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void PvStep(
 template <int G, int P, int R, bool kPf>
 TANDEM_AVX512 __attribute__((always_inline)) inline void DotKeys(
     const float* q, const float* const (&k)[2], int64_t kstride, const __mmask16 (&m)[2],
-    const float* const (&nk)[2], int64_t d, int64_t d_end, int64_t tail, __m512 (&a)[R][P][G]) {
-#pragma GCC unroll 2
-  for (int x = 0; x < R; ++x) {
+    const float* const (&nk)[2], int64_t d, int64_t d_end, int64_t tail, __m512 (&a)[P][R][G]) {
 #pragma GCC unroll 8
-    for (int r = 0; r < P; ++r) {
+  for (int r = 0; r < P; ++r) {
+#pragma GCC unroll 2
+    for (int x = 0; x < R; ++x) {
 #pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) a[x][r][g] = _mm512_setzero_ps();
+      for (int g = 0; g < G; ++g) a[r][x][g] = _mm512_setzero_ps();
     }
   }
   const float* qd = q + d * G;
@@ -328,20 +349,7 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void DotKeys(
   const float* nkd[2] = {nk[0] + at, nk[1] + at};
   for (; d < d_end; d += P) {
 #pragma GCC unroll 8
-    for (int r = 0; r < P; ++r) {
-      __m512 kv[R];
-#pragma GCC unroll 2
-      for (int x = 0; x < R; ++x) {
-        if constexpr (kPf) Prefetch(nkd[x] + r * kstride);
-        kv[x] = _mm512_maskz_loadu_ps(m[x], kd[x] + r * kstride);
-      }
-#pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) {
-        const __m512 qg = _mm512_set1_ps(qd[r * G + g]);
-#pragma GCC unroll 2
-        for (int x = 0; x < R; ++x) a[x][r][g] = _mm512_fmadd_ps(qg, kv[x], a[x][r][g]);
-      }
-    }
+    for (int r = 0; r < P; ++r) DotDimension<G, R, kPf>(qd + r * G, kd, nkd, r * kstride, m, a[r]);
     qd += P * G;
 #pragma GCC unroll 2
     for (int x = 0; x < R; ++x) {
@@ -351,18 +359,7 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void DotKeys(
   }
   // Constant indices keep a in registers.
   for (int64_t e = 0; e < tail; ++e) {
-    __m512 kv[R];
-#pragma GCC unroll 2
-    for (int x = 0; x < R; ++x) {
-      if constexpr (kPf) Prefetch(nkd[x] + e * kstride);
-      kv[x] = _mm512_maskz_loadu_ps(m[x], kd[x] + e * kstride);
-    }
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) {
-      const __m512 qg = _mm512_set1_ps(qd[e * G + g]);
-#pragma GCC unroll 2
-      for (int x = 0; x < R; ++x) a[x][0][g] = _mm512_fmadd_ps(qg, kv[x], a[x][0][g]);
-    }
+    DotDimension<G, R, kPf>(qd + e * G, kd, nkd, e * kstride, m, a[0]);
   }
 }
 
@@ -397,19 +394,19 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void ScoreRuns(
   constexpr int P = PartialSums<G, R>();
   constexpr int64_t kRun = 8;
   constexpr int64_t kSpan = kRun * P;  // dimensions per round
-  __m512 t[R][P][G];
+  __m512 t[P][R][G];
   const int64_t first_end = std::min(hd, kSpan);
   DotKeys<G, P, R, kPf>(q, k, kstride, m, nk, 0, first_end / P * P, first_end % P, t);
   for (int64_t d = kSpan; d < hd; d += kSpan) {
     const int64_t end = std::min(hd, d + kSpan);
-    __m512 a[R][P][G];
+    __m512 a[P][R][G];
     DotKeys<G, P, R, kPf>(q, k, kstride, m, nk, d, d + (end - d) / P * P, (end - d) % P, a);
 #pragma GCC unroll 2
     for (int x = 0; x < R; ++x) {
 #pragma GCC unroll 8
       for (int r = 0; r < P; ++r) {
 #pragma GCC unroll 4
-        for (int g = 0; g < G; ++g) t[x][r][g] = _mm512_add_ps(t[x][r][g], a[x][r][g]);
+        for (int g = 0; g < G; ++g) t[r][x][g] = _mm512_add_ps(t[r][x][g], a[r][x][g]);
       }
     }
   }
@@ -420,7 +417,7 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void ScoreRuns(
     for (int g = 0; g < G; ++g) {
       __m512 s[P];
 #pragma GCC unroll 8
-      for (int r = 0; r < P; ++r) s[r] = t[x][r][g];
+      for (int r = 0; r < P; ++r) s[r] = t[r][x][g];
 #pragma GCC unroll 4
       for (int w = 1; w < P; w *= 2) {
 #pragma GCC unroll 8
