@@ -435,9 +435,13 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void ScoreKeys(
     const float* q, int64_t hd, const Run (&r)[2], int64_t kstride, float scale,
     float (*p)[kMaxTile], const Run (&next)[2], bool pf) {
   static_assert(G <= 4);
-  const float* const k[2] = {r[0].k, r[1].k};
-  // An empty next run prefetches the other's lines again (harmless).
-  const float* const nk[2] = {next[0].k, next[1].n > 0 ? next[1].k : next[0].k};
+  // An empty run's pointers stand in for a real one's, so that no address
+  // is formed from a null pointer: an empty second run is not read (R = 1),
+  // an empty next second run prefetches the first's lines again
+  // (harmless), and an empty next tile is not prefetched (pf false).
+  const float* const k[2] = {r[0].k, r[1].n > 0 ? r[1].k : r[0].k};
+  const float* const nk0 = next[0].n > 0 ? next[0].k : r[0].k;
+  const float* const nk[2] = {nk0, next[1].n > 0 ? next[1].k : nk0};
   const __mmask16 m[2] = {TailMask(r[0].n), TailMask(r[1].n)};
   if (r[1].n > 0) {
     if (pf) {
