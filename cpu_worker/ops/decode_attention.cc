@@ -76,18 +76,19 @@ inline int64_t LaneSumsAt(int64_t sd) { return sd - 16; }
 // The kernels prefetch the rows the next call reads (`next_k`/`next_v`,
 // `next_count` of them; the AVX-512 kernel's `next` runs) while they read
 // their own, a cache line for a line: the memory then stays busy through
-// the computation instead of
-// waiting for each tile's loads in turn (a core keeps only so many misses in
-// flight, and the sums take a good part of a tile's read time: ~13-15 GB/s
-// per core from L2 against ~11-12 from DRAM at GQA 4). The hint is prefetcht2
+// the computation instead of waiting for each tile's loads in turn (a core
+// keeps only so many misses in flight, and the sums take a good part of a
+// tile's read time: ~13-15 GB/s per core from L2 against ~11-12 from DRAM
+// at GQA 4). The hint is prefetcht2
 // (to L2): the next call is a few microseconds away, and on the development
 // VM it read 2-5% faster than prefetcht0 in tandem_ops_bench's
 // BM_AttendDecode (1 GiB of KV, 2 threads, mean of 4 interleaved runs).
 // One thread, AVX-512: 7.5 GB/s without prefetching, 11.5 with. On the
 // AMD EPYC VM (2 threads, 1 GiB): 13-15 GB/s without, 33-39 with; the
-// other hints read the same, keys fetched two calls ahead no better, and
-// the values fetched in address order during the score pass (instead of
-// in the order the value pass reads them) 10% worse.
+// other hints read the same, keys fetched two calls ahead no better (and
+// fetched both two calls and one call ahead ~20% worse), and the values
+// fetched in address order during the score pass (instead of in the order
+// the value pass reads them) 10% worse (docs/PERFORMANCE.md).
 inline void Prefetch(const float* p) { __builtin_prefetch(p, 0, 1); }  // prefetcht2
 inline void PrefetchRow(const float* p, int64_t hd) {
   for (int64_t d = 0; d < hd; d += 16) Prefetch(p + d);
@@ -247,11 +248,9 @@ struct Run {
   int64_t n = 0;
 };
 
-// acc[g, d .. d+16C) = acc * corr[g] + sum_j p[g][j] v[j, d .. d+16C)
-// over both runs (run 1's scores at p[g][16 ..]): the G * C accumulators
-// stay in registers across the tile's V rows, and each broadcast p[g][j]
-// serves C vectors. The next call's rows (`next`) are prefetched alongside,
-// a cache line for each one loaded.
+// a[c][g] += sum_j p[g][p0 + j] v[j, d + 16c ..] over the `count` value
+// rows of one run; rows j < pf_count at `pv` (the next call's) are
+// prefetched alongside, a cache line for each one loaded.
 template <int G, int C, bool kMasked>
 TANDEM_AVX512 __attribute__((always_inline)) inline void PvRows(
     const float (*p)[kMaxTile], int64_t p0, const float* v, int64_t hd, int64_t count, int64_t d,
@@ -272,6 +271,10 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void PvRows(
   }
 }
 
+// acc[g, d .. d+16C) = acc * corr[g] + sum_j p[g][j] v[j, d .. d+16C)
+// over both runs (run 1's scores at p[g][16 ..]): the G * C accumulators
+// stay in registers across the tile's V rows, and each broadcast p[g][j]
+// serves C vectors.
 template <int G, int C, bool kMasked>
 TANDEM_AVX512 __attribute__((always_inline)) inline void PvStep(
     const float (*p)[kMaxTile], const float* corr, const Run (&r)[2], int64_t hd, int64_t d,
