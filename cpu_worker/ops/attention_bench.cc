@@ -4,8 +4,10 @@
 // and cold (a 1 GiB cache read from DRAM, with its fraction of a read sweep
 // of the same bytes taken beside each pass).
 // The shapes are the synthetic models' (4 kv heads, group 4, 16-token
-// blocks): head_dim 128 (dense) and 64 (MoE). OMP_NUM_THREADS sets the
-// thread count.
+// blocks): head_dim 128 (dense) and 64 (MoE), and group 1 beside group 4 at
+// head_dim 128: a quarter of the arithmetic over the same bytes, which
+// tells how much of the cold rate the arithmetic costs (docs/PERFORMANCE.md).
+// OMP_NUM_THREADS sets the thread count.
 #include <sys/mman.h>
 
 #include <chrono>
@@ -39,13 +41,15 @@ struct MappedFloats {
   float* p = nullptr;
 };
 
-constexpr int64_t kKvHeads = 4, kGroup = 4, kBlock = 16;
+constexpr int64_t kKvHeads = 4, kBlock = 16;
 
-// Args: context (keys per sequence), sequences, head_dim.
+// Args: context (keys per sequence), sequences, head_dim, query heads per
+// kv head.
 void BM_AttendDecode(benchmark::State& state) {
   const int64_t ctx = state.range(0), seqs = state.range(1), head_dim = state.range(2);
+  const int64_t group = state.range(3);
   const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock;
-  const int64_t row = kKvHeads * head_dim, heads = kKvHeads * kGroup;
+  const int64_t row = kKvHeads * head_dim, heads = kKvHeads * group;
   const int64_t elems = seqs * blocks_per_seq * kBlock * row;
   // Uniform values from a cheap generator: 2^28 normal draws for the cold
   // cache took longer than the measurement (values do not change the work).
@@ -114,13 +118,15 @@ void BM_AttendDecode(benchmark::State& state) {
 // Hot: 2 x 128 keys x 2 KiB = 512 KiB of K and V at head_dim 128. From
 // L3: 8 MiB. Cold: 1 GiB.
 BENCHMARK(BM_AttendDecode)
-    ->ArgNames({"ctx", "seqs", "hd"})
-    ->Args({128, 1, 128})
-    ->Args({2048, 1, 128})
-    ->Args({4096, 1, 64})
-    ->Args({4096, 64, 128})
-    ->Args({256, 1, 64})
-    ->Args({4096, 128, 64})
+    ->ArgNames({"ctx", "seqs", "hd", "group"})
+    ->Args({128, 1, 128, 4})
+    ->Args({2048, 1, 128, 4})
+    ->Args({4096, 1, 64, 4})
+    ->Args({4096, 64, 128, 4})
+    ->Args({256, 1, 64, 4})
+    ->Args({4096, 128, 64, 4})
+    ->Args({2048, 1, 128, 1})
+    ->Args({4096, 64, 128, 1})
     ->UseRealTime()
     ->MinTime(1.0);
 
