@@ -27,6 +27,42 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+// What the request's headers say of its body, read before the body is:
+// none, chunked, expected but not delimited, a length, or a length that is
+// not one. httplib reads a body before any handler runs: without these
+// checks a length that is not one (a negative one was answered as too
+// large) or none at all kept the client waiting out the read timeout.
+enum class DeclaredBody { kNone, kChunked, kUndelimited, kLength, kInvalid };
+DeclaredBody ParseContentLength(const httplib::Request& req,
+                                uint64_t* length) {
+  if (absl::EqualsIgnoreCase(req.get_header_value("Transfer-Encoding"),
+                             "chunked")) {
+    return DeclaredBody::kChunked;
+  }
+  if (!req.has_header("Content-Length")) {
+    // httplib reads the body of these methods up to the end of the
+    // connection when no length is declared: an HTTP/1.1 client that
+    // keeps its connection open would wait out the read timeout.
+    const bool body_expected =
+        req.method == "POST" || req.method == "PUT" ||
+        req.method == "PATCH" || req.method == "DELETE" ||
+        req.method == "PRI";
+    return body_expected ? DeclaredBody::kUndelimited : DeclaredBody::kNone;
+  }
+  if (req.get_header_value_count("Content-Length") != 1)
+    return DeclaredBody::kInvalid;
+  const std::string v = req.get_header_value("Content-Length");
+  // At most 18 digits: no overflow, and far past any limit.
+  if (v.empty() || v.size() > 18) return DeclaredBody::kInvalid;
+  uint64_t n = 0;
+  for (char ch : v) {
+    if (ch < '0' || ch > '9') return DeclaredBody::kInvalid;
+    n = n * 10 + static_cast<uint64_t>(ch - '0');
+  }
+  *length = n;
+  return DeclaredBody::kLength;
+}
+
 std::string EndpointLabel(const std::string& path) {
   static const char* const kKnown[] = {
       "/v1/completions", "/v1/chat/completions",
@@ -220,6 +256,36 @@ void HttpServer::InstallRoutes() {
 
   s.set_pre_routing_handler([this](const httplib::Request& req,
                                    httplib::Response& res) {
+    // A body that cannot be read (a length that is not one, or none where
+    // httplib would read up to the end of the connection) is refused at
+    // once, from the headers.
+    uint64_t length = 0;
+    const DeclaredBody body = ParseContentLength(req, &length);
+    if (body == DeclaredBody::kInvalid ||
+        body == DeclaredBody::kUndelimited) {
+      if (body == DeclaredBody::kInvalid) {
+        SendError(res, InvalidParam("Content-Length",
+                                    "The Content-Length header is not a "
+                                    "length.",
+                                    "invalid_header"));
+      } else {
+        SendError(res,
+                  InvalidParam("Content-Length",
+                               absl::StrCat("A ", req.method,
+                                            " request needs a Content-Length "
+                                            "header (or Transfer-Encoding: "
+                                            "chunked)."),
+                               "length_required"));
+        res.status = 411;
+      }
+      // The answer says "Connection: close" (httplib writes it when the
+      // request carries it; req is httplib's own, not const). httplib
+      // itself keeps the connection until its keep-alive timeout: bytes
+      // sent after the headers are read as the next request, which fails
+      // and closes it.
+      const_cast<httplib::Request&>(req).set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (options_.api_key.empty() || !absl::StartsWith(req.path, "/v1/")) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
@@ -234,6 +300,33 @@ void HttpServer::InstallRoutes() {
                 "Invalid or missing API key (Authorization: Bearer <key>)."),
             "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
+  });
+
+  // A client that asks before sending its body (Expect: 100-continue, as
+  // curl does for large bodies) and declares more than the limit is told
+  // 413 instead of 100, and sends nothing. Without the Expect header httplib
+  // reads and drops the body, then answers 413 (the error handler below):
+  // a client that writes its whole body before reading gets the answer
+  // either way.
+  s.set_expect_100_continue_handler([this](const httplib::Request& req,
+                                           httplib::Response& res) {
+    uint64_t length = 0;
+    if (ParseContentLength(req, &length) == DeclaredBody::kLength &&
+        length > options_.max_body_bytes) {
+      SendError(res, InvalidParam(
+                         "body",
+                         absl::StrCat("The request body is too large (",
+                                      length, " bytes; at most ",
+                                      options_.max_body_bytes, ")."),
+                         "too_large"));
+      res.status = 413;
+      // httplib writes this answer without the length it adds to routed
+      // ones; without it a client reads to the end of the connection.
+      res.set_header("Content-Length", std::to_string(res.body.size()));
+      const_cast<httplib::Request&>(req).set_header("Connection", "close");
+      return 413;
+    }
+    return 100;
   });
 
   s.set_error_handler(httplib::Server::HandlerWithResponse(

@@ -15,7 +15,10 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "coordinator/frontend/testing/server_test_util.h"
 
 namespace tandem::frontend {
@@ -282,6 +285,91 @@ TEST(FrontendRobustnessTest, PathologicalBodies) {
   EXPECT_EQ(big->status, 413);
   EXPECT_TRUE(Json(big->body)["error"].is_object()) << big->body;
   EXPECT_EQ(ts.Client()->Get("/health")->status, 200);
+}
+
+// What the server sends back to `headers` on a fresh connection that stays
+// open for writing (the body they declare never comes): everything read
+// until the server closes or `wait` passes.
+std::string AnswerToHeaders(int port, const std::string& headers,
+                            timeval wait) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string got;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    (void)!write(fd, headers.data(), headers.size());
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+      got.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return got;
+}
+
+// A body that cannot be read (a length that is not one, or none where one
+// is needed) is refused from the headers alone, and so is one over the
+// limit when the client asks first (Expect: 100-continue): at once, with
+// "Connection: close", not after the server's read timeout (30 s).
+TEST(FrontendRobustnessTest, ABodyItWillNotTakeIsRefusedFromItsHeaders) {
+  TestServer ts;
+  HttpServerOptions o;
+  o.max_body_bytes = 1 << 20;
+  ASSERT_TRUE(ts.Start(o));
+  const std::string post = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
+  const std::vector<std::pair<std::string, int>> cases = {
+      {"Content-Length: 1048577\r\nExpect: 100-continue\r\n", 413},
+      {"Content-Length: 99999999999999999999999\r\n", 400},
+      {"Content-Length: -5\r\n", 400},
+      {"Content-Length: 12abc\r\n", 400},
+      {"Content-Length: 5\r\nContent-Length: 6\r\n", 400},
+      {"Content-Length: \r\n", 411},  // httplib drops the empty header
+      {"", 411},
+      {"Transfer-Encoding: gzip\r\n", 411},
+  };
+  for (const auto& [header, status] : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string got =
+        AnswerToHeaders(ts.server->port(), post + header + "\r\n", {10, 0});
+    const double secs = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count();
+    SCOPED_TRACE(header);
+    EXPECT_TRUE(absl::StartsWith(got, "HTTP/1.1 " + std::to_string(status)))
+        << got;
+    EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+    const size_t body = got.find("\r\n\r\n");
+    ASSERT_NE(body, std::string::npos) << got;
+    const std::string length = "Content-Length: ";
+    const size_t at = got.find(length);
+    ASSERT_NE(at, std::string::npos) << got;
+    EXPECT_EQ(std::strtoull(got.c_str() + at + length.size(), nullptr, 10),
+              got.size() - body - 4)
+        << got;
+    const json answer = Json(got.substr(body + 4));
+    EXPECT_TRUE(answer.is_object() && answer["error"].is_object()) << got;
+    // Answered and closed within the keep-alive timeout (1 s here), not
+    // after the read timeout.
+    EXPECT_LT(secs, 5.0);
+  }
+  // Asking first with a body at the limit gets 100 Continue, and a body
+  // at the limit is read.
+  const std::string ask =
+      post + "Content-Length: 1048576\r\nExpect: 100-continue\r\n\r\n";
+  EXPECT_TRUE(
+      absl::StartsWith(AnswerToHeaders(ts.server->port(), ask, {0, 500000}),
+                       "HTTP/1.1 100 Continue"));
+  auto c = ts.Client();
+  std::string at_limit = R"({"prompt":"x","max_tokens":1})";
+  at_limit.resize(1 << 20, ' ');
+  auto r = c->Post("/v1/completions", at_limit, kJsonType);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(c->Get("/health")->status, 200);
 }
 
 // Raw TCP: malformed request lines, a lying Content-Length, random bytes.
