@@ -1,7 +1,9 @@
 #include "coordinator/frontend/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -159,6 +161,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(
   s->server_->set_read_timeout(s->options_.read_timeout_s, 0);
   s->server_->set_write_timeout(s->options_.write_timeout_s, 0);
   s->server_->set_payload_max_length(s->options_.max_body_bytes);
+  HttpServer* raw = s.get();
+  s->server_->set_socket_options([raw](socket_t sock) {
+    httplib::default_socket_options(sock);
+    raw->listen_fd_ = static_cast<int>(sock);
+  });
   s->InstallRoutes();
   return s;
 }
@@ -180,6 +187,16 @@ absl::Status HttpServer::Start() {
           absl::StrCat("cannot bind ", options_.host, ":", options_.port));
     }
     port_ = options_.port;
+  }
+  // httplib (0.11, as Debian builds it) listens with a backlog of 5: a
+  // burst of new connections while the accept loop waits for a core (a
+  // benchmark opening its 256 at once, on a machine whose cores run the
+  // model) overflowed it and clients saw their connections reset. Listening
+  // again on the bound socket only lengthens its queue (the kernel caps it
+  // at net.core.somaxconn).
+  if (listen_fd_ >= 0 && ::listen(listen_fd_, SOMAXCONN) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot lengthen the accept queue: errno ", errno));
   }
   listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
   // httplib 0.11 has no wait_until_ready(): poll is_running().

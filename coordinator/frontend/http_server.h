@@ -110,6 +110,9 @@ class HttpServer {
   std::unique_ptr<httplib::Server> server_;
   std::thread listen_thread_;
   int port_ = 0;
+  // The socket httplib last created to bind (its socket-options hook
+  // records it), so that Start can lengthen its accept queue.
+  int listen_fd_ = -1;
   int64_t created_ = 0;  // unix seconds at Create, for /v1/models
 
   std::atomic<int64_t> in_flight_{0};
