@@ -52,6 +52,17 @@ struct CoordinatorRuntime::Parts {
 
 namespace {
 
+// A flag whose value is a count that must be given as > 0 (its field's 0
+// means "not given": the default). CLI11's PositiveNumber would print the
+// whole range of a double in its message.
+const CLI::Validator kPositiveCount(
+    [](std::string& v) -> std::string {
+      int64_t n = 0;
+      if (absl::SimpleAtoi(v, &n) && n > 0) return "";
+      return absl::StrCat("must be a whole number > 0, got ", v);
+    },
+    "> 0");
+
 // The model's tokenizer; nullptr (served by token ids) when it ships none.
 absl::StatusOr<std::shared_ptr<const Tokenizer>> OpenTokenizer(const Checkpoint& ckpt,
                                                               const std::string& model) {
@@ -153,10 +164,15 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                   "decodes), chosen per step by Neo's rule on --hardware's profile, so that "
                   "batch-1's CPU attention overlaps batch-0's linear layers (needs "
                   "--cpu-kv-blocks and --hardware)");
-  cmd->add_option("--max-model-len", o.max_model_len, "Context length (default: the model's, at most 8192)");
+  cmd->add_option("--max-model-len", o.max_model_len,
+                  "Context length, at most the model's (default: the model's, at most 8192)")
+      ->check(kPositiveCount);
   cmd->add_option("--max-num-seqs", o.max_num_seqs, "Sequences per step at most")->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "Tokens per step at most")->capture_default_str();
-  cmd->add_option("--kv-blocks", o.kv_blocks, "KV cache blocks of 16 tokens (default: enough for max-num-seqs/4 full contexts)");
+  cmd->add_option("--kv-blocks", o.kv_blocks,
+                  "KV cache blocks of 16 tokens (default: enough for max-num-seqs/4 full "
+                  "contexts)")
+      ->check(kPositiveCount);
   cmd->add_option("--chat-template", o.chat_template, "File with a Jinja chat template overriding the model's");
   cmd->add_option("--policy", o.policy,
                   "A planner policy to execute: `tandem plan --json` output (its best policy) or "
@@ -356,6 +372,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
 
   coord::StepDriverConfig dc;
   dc.model.model_path = o.model;
+  // Past the positions the model was trained for its outputs are not the
+  // model's (and the default KV cache grows with it): refused, as vLLM
+  // refuses it.
+  if (cfg.max_position > 0 && o.max_model_len > cfg.max_position) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-model-len ", o.max_model_len, " is more than the model's context (",
+                     cfg.max_position, " positions)"));
+  }
   dc.model.max_context =
       o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(cfg.max_position, 8192);
   if (cfg.sliding_window > 0) {

@@ -126,6 +126,7 @@ absl::Status Run(const GenerateOptions& o) {
   if (o.top_p <= 0 || o.top_p > 1) return absl::InvalidArgumentError("--top-p must be in (0, 1]");
   if (o.top_k < 0) return absl::InvalidArgumentError("--top-k must be >= 0");
   if (o.max_tokens < 0) return absl::InvalidArgumentError("--max-tokens must be >= 0");
+  if (o.max_context < 0) return absl::InvalidArgumentError("--max-context must be >= 0");
 
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(o.model));
   // The tokenizer is needed for text in or out; ids-only runs work without.

@@ -2,7 +2,8 @@
 # `tandem serve` as users run it, on loopback with the default model: a chat
 # answer, a streamed completion, greedy text equal to `tandem generate`,
 # errors, health and metrics; a killed gpu_worker is restarted and serving
-# resumes; SIGTERM stops everything and leaves nothing behind.
+# resumes; SIGTERM stops everything and leaves nothing behind; flags out of
+# range are refused.
 set -uo pipefail
 TANDEM="$1"
 MODEL="${TANDEM_SMOLLM2_GGUF:-}"
@@ -69,5 +70,18 @@ check "serve exits 0 on SIGTERM ($rc)" test "$rc" = 0
 left=0
 for p in $CHILDREN; do kill -0 "$p" 2>/dev/null && left=$((left + 1)); done
 check "no worker process left ($left of: $CHILDREN)" test "$left" = 0
+# Flags out of range are refused before anything starts (no silent default).
+refused() {  # refused EXPECTED_TEXT FLAGS...: exits non-zero at once, naming the problem
+  local want="$1"; shift
+  local msg
+  msg=$(timeout 30 "$TANDEM" serve --model "$MODEL" --port 0 "$@" 2>&1)
+  local code=$?
+  [ "$code" -ne 0 ] && [ "$code" -ne 124 ] && grep -q -- "$want" <<<"$msg"
+}
+check "--max-model-len 0 is refused" refused "must be a whole number > 0, got 0" --max-model-len 0
+check "--max-model-len -5 is refused" refused "must be a whole number > 0, got -5" --max-model-len -5
+check "--kv-blocks 0 is refused" refused "must be a whole number > 0, got 0" --kv-blocks 0
+check "--max-model-len past the model's context is refused" \
+  refused "is more than the model's context (8192 positions)" --max-model-len 100000
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
