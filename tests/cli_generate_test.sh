@@ -60,6 +60,7 @@ expect_error "id out of range" "outside the vocabulary" --model "$MODEL" --promp
 expect_error "both prompts" "exactly one" --model "$MODEL" --prompt-ids 1 --prompt hi
 expect_error "negative temperature" "temperature" --model "$MODEL" --prompt-ids 1 --temperature -1
 expect_error "negative context" "--max-context must be >= 0" --model "$MODEL" --prompt-ids 1 --max-context -5
+expect_error "cpu experts of a dense model" "no routed experts" --model "$MODEL" --prompt-ids 1 --cpu-experts all
 expect_error "text without tokenizer" "tokenizer" --model "$MODEL" --prompt hello
 "$TANDEM" generate --bogus-flag >/dev/null 2>&1
 check "unknown flag rejected" test $? -ne 0

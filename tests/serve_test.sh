@@ -83,5 +83,7 @@ check "--max-model-len -5 is refused" refused "must be a whole number > 0, got -
 check "--kv-blocks 0 is refused" refused "must be a whole number > 0, got 0" --kv-blocks 0
 check "--max-model-len past the model's context is refused" \
   refused "is more than the model's context (8192 positions)" --max-model-len 100000
+check "--cpu-experts on a dense model is refused" \
+  refused "the model has no routed experts" --cpu-experts all
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
