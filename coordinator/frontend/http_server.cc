@@ -35,8 +35,7 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
 // checks a length that is not one (a negative one was answered as too
 // large) or none at all kept the client waiting out the read timeout.
 enum class DeclaredBody { kNone, kChunked, kUndelimited, kLength, kInvalid };
-DeclaredBody ParseContentLength(const httplib::Request& req,
-                                uint64_t* length) {
+DeclaredBody DeclaredBodyOf(const httplib::Request& req, uint64_t* length) {
   if (absl::EqualsIgnoreCase(req.get_header_value("Transfer-Encoding"),
                              "chunked")) {
     return DeclaredBody::kChunked;
@@ -277,7 +276,7 @@ void HttpServer::InstallRoutes() {
     // httplib would read up to the end of the connection) is refused at
     // once, from the headers.
     uint64_t length = 0;
-    const DeclaredBody body = ParseContentLength(req, &length);
+    const DeclaredBody body = DeclaredBodyOf(req, &length);
     if (body == DeclaredBody::kInvalid ||
         body == DeclaredBody::kUndelimited) {
       if (body == DeclaredBody::kInvalid) {
@@ -328,7 +327,7 @@ void HttpServer::InstallRoutes() {
   s.set_expect_100_continue_handler([this](const httplib::Request& req,
                                            httplib::Response& res) {
     uint64_t length = 0;
-    if (ParseContentLength(req, &length) == DeclaredBody::kLength &&
+    if (DeclaredBodyOf(req, &length) == DeclaredBody::kLength &&
         length > options_.max_body_bytes) {
       SendError(res, InvalidParam(
                          "body",
