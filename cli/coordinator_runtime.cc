@@ -63,6 +63,10 @@ const CLI::Validator kPositiveCount(
     },
     "> 0");
 
+// A flag whose empty value would mean "not given" (the default).
+const CLI::Validator kNonEmpty(
+    [](std::string& v) -> std::string { return v.empty() ? "must not be empty" : ""; }, "");
+
 // The model's tokenizer; nullptr (served by token ids) when it ships none.
 absl::StatusOr<std::shared_ptr<const Tokenizer>> OpenTokenizer(const Checkpoint& ckpt,
                                                               const std::string& model) {
@@ -102,7 +106,9 @@ std::string DialAddress(const std::string& listen, int port) {
 
 void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
   cmd->add_option("--model,-m", o.model, "Model: a Hugging Face directory or a .gguf file")->required();
-  cmd->add_option("--served-model-name", o.served_model_name, "Model name in the API (default: --model)");
+  cmd->add_option("--served-model-name", o.served_model_name,
+                  "Model name in the API (default: --model)")
+      ->check(kNonEmpty);
   cmd->add_option("--host", o.host, "HTTP address to listen on")->capture_default_str();
   cmd->add_option("--port", o.port, "HTTP port (0: any free port)")->capture_default_str();
   cmd->add_option("--api-key", o.api_key, "Require Authorization: Bearer KEY");

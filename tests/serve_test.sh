@@ -85,5 +85,7 @@ check "--max-model-len past the model's context is refused" \
   refused "is more than the model's context (8192 positions)" --max-model-len 100000
 check "--cpu-experts on a dense model is refused" \
   refused "the model has no routed experts" --cpu-experts all
+check "an empty --served-model-name is refused" \
+  refused "--served-model-name: must not be empty" --served-model-name ""
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
