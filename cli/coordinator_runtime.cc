@@ -395,12 +395,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
                                        : (dc.model.max_context + 15) / 16 *
                                              std::max<int64_t>(4, o.max_num_seqs / 4);
   if (o.cpu_kv_blocks < 0) return absl::InvalidArgumentError("--cpu-kv-blocks must be >= 0");
-  if (o.cpu_experts != "none" && !cfg.is_moe()) {
-    // Else a cpu_worker would start for experts that do not exist and wait
-    // for rings the gpu_worker never makes.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--cpu-experts ", o.cpu_experts, ": the model has no routed experts (a dense model)"));
-  }
+  TANDEM_RETURN_IF_ERROR(CheckCpuExpertsApply(o.cpu_experts, cfg));
   if (o.cpu_experts != "none" || o.cpu_kv_blocks > 0) {
     if (o.rings.empty()) {
       return absl::InvalidArgumentError("a cpu_worker needs its ring name prefix (--rings)");

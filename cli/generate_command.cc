@@ -178,10 +178,7 @@ absl::Status Run(const GenerateOptions& o) {
   std::unique_ptr<LocalAttentionOffload> local_attention;
   std::optional<ExpertPlacement> placement;
   if (o.cpu_experts != "none") {
-    if (!engine->config().is_moe()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--cpu-experts ", o.cpu_experts, ": the model has no routed experts (a dense model)"));
-    }
+    TANDEM_RETURN_IF_ERROR(CheckCpuExpertsApply(o.cpu_experts, engine->config()));
     TANDEM_ASSIGN_OR_RETURN(placement, ParseCpuExperts(o.cpu_experts, engine->config()));
   }
   if (placement.has_value() || cpu_attention == "worker") {

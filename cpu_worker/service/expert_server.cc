@@ -19,6 +19,12 @@ int64_t Key(int64_t layer, int64_t expert) { return (layer << 20) | expert; }
 
 }  // namespace
 
+absl::Status CheckCpuExpertsApply(const std::string& spec, const ModelConfig& c) {
+  if (spec == "none" || c.is_moe()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--cpu-experts ", spec, ": the model has no routed experts (a dense model)"));
+}
+
 absl::StatusOr<ExpertPlacement> ParseCpuExperts(const std::string& spec, const ModelConfig& c) {
   ExpertPlacement p(static_cast<size_t>(c.num_layers));
   // Experts per layer: one count for all, or (a comma list) one per layer.

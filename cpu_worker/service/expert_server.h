@@ -30,6 +30,13 @@ using ExpertPlacement = std::vector<std::vector<int32_t>>;
 // spells it; InvalidArgument otherwise.
 absl::StatusOr<ExpertPlacement> ParseCpuExperts(const std::string& spec, const ModelConfig& c);
 
+// OK unless `spec` asks for CPU experts (anything but "none") of a model
+// that has no routed experts: the coordinator and `tandem generate` refuse
+// that at once (a cpu_worker started for it would wait for rings the
+// gpu_worker never makes). A cpu_worker serving only CPU attention takes
+// "all" of a dense model, so ParseCpuExperts itself allows it.
+absl::Status CheckCpuExpertsApply(const std::string& spec, const ModelConfig& c);
+
 class ExpertServer {
  public:
   static absl::StatusOr<std::unique_ptr<ExpertServer>> Create(const Checkpoint& ckpt,
