@@ -18,6 +18,7 @@
 #include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/onednn_matmul.h"
 #include "cpu_worker/ops/quant_gemv.h"
+#include "cpu_worker/ops/widened_linear.h"
 
 namespace tandem::ops {
 namespace {
@@ -99,8 +100,11 @@ absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeTy
     lw.type_ = ComputeType::kF32;
     lw.storage_ = WeightStorage::kF32;
     lw.data_ = w.data;
-  } else if (w.dtype == DType::kBF16 && prefer != ComputeType::kF32 && CpuHasBf16()) {
-    lw.type_ = ComputeType::kBF16;
+  } else if (w.dtype == DType::kBF16 && prefer != ComputeType::kF32 &&
+             (CpuHasBf16() || internal::Bf16WidenedInPlace())) {
+    // In place. Without bf16 GEMMs it computes in f32 on the exactly
+    // widened values (widened_linear.h): the f32 result at half the bytes.
+    lw.type_ = CpuHasBf16() ? ComputeType::kBF16 : ComputeType::kF32;
     lw.storage_ = WeightStorage::kBF16;
     lw.data_ = w.data;
   } else if (DTypeIsQuantized(w.dtype) && prefer == ComputeType::kQuantized) {
@@ -111,8 +115,8 @@ absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeTy
                                             : WeightStorage::kQ4_1;
     lw.data_ = w.data;
   } else {
-    // f16 (oneDNN 2.6 has no f16 GEMM), bf16 without bf16 compute, and the
-    // GGUF block types when f32 compute is asked for: dequantized to f32 once.
+    // f16 (oneDNN 2.6 has no f16 GEMM), and bf16 and the GGUF block types
+    // when f32 compute is asked for: converted to f32 once.
     lw.type_ = ComputeType::kF32;
     lw.storage_ = WeightStorage::kF32;
     lw.nbytes_ = n * k * 4;
@@ -150,6 +154,17 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
   if (bf16 && internal::Bf16UsesDotKernel(m)) {
     internal::Bf16DotLinear(x, m, static_cast<const uint16_t*>(w.data()), w.rows(), w.cols(), bias,
                             y);
+    return;
+  }
+  if (w.storage() == WeightStorage::kBF16 && !bf16) {
+    // bf16 weights computed in f32: widened in the small-batch kernel's
+    // registers, or in panels for the f32 GEMM.
+    const auto* wb = static_cast<const uint16_t*>(w.data());
+    if (m <= internal::kWidenedSmallBatchMaxRows) {
+      internal::SmallBatchLinear(x, m, wb, /*w_bf16=*/true, w.rows(), w.cols(), bias, y);
+    } else {
+      internal::WidenedBf16Linear(x, m, wb, w.rows(), w.cols(), bias, y);
+    }
     return;
   }
   if (m <= internal::SmallBatchMaxRows(w.compute_type())) {
@@ -225,6 +240,14 @@ bool Bf16UsesDotKernel(int64_t m) {
   static const bool amd = HostCpuFeatures().amd;
   return m >= 2 && m <= kBf16DotMaxRows && amd && !AmxUsable() && Bf16DotKernelRuns();
 }
+
+// The small-batch kernel widens bf16 in AVX-512 registers at the read
+// bandwidth (linear_bench.cc, BM_WidenedBf16Paths: 46 GB/s of bf16 at 1
+// row on the AMD EPYC VM with TANDEM_CPU_ISA=f32, where f32 copies read
+// 45 GB/s, i.e. half the weights per second); the portable kernel that
+// AVX2 machines would take reads 18.6 GB/s, slower per weight than their
+// f32 copies (45 GB/s), so there bf16 checkpoints are still converted.
+bool Bf16WidenedInPlace() { return MaxKernelIsa() >= KernelIsa::kAvx512; }
 
 bool QuantUsesAmxKernel(int64_t m, int64_t k) {
   return !QuantLinearUsesGemv(m) && AmxLinearFits(m, k) && AmxUsable();

@@ -31,6 +31,7 @@
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/onednn_matmul.h"
 #include "cpu_worker/ops/quant_gemv.h"
+#include "cpu_worker/ops/widened_linear.h"
 
 namespace tandem::ops {
 namespace {
@@ -67,10 +68,6 @@ void BM_Linear(benchmark::State& state, DType t) {
   const ComputeType prefer = t == DType::kF32    ? ComputeType::kF32
                              : t == DType::kBF16 ? ComputeType::kBF16
                                                  : ComputeType::kQuantized;
-  if (t == DType::kBF16 && !CpuHasBf16()) {
-    state.SkipWithError("no AVX512-BF16 (or TANDEM_CPU_ISA=f32)");
-    return;
-  }
   const int64_t m = state.range(0);
   const bool cold = state.range(1) != 0;
   const int64_t bytes = DTypeBytes(t, kN * kK).value();
@@ -101,8 +98,10 @@ void BM_Linear(benchmark::State& state, DType t) {
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["W_GB/s"] = benchmark::Counter(static_cast<double>(w[0].nbytes()) * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(w[0].quantized() ? KernelIsaName(MaxKernelIsa())
-                                  : (w[0].compute_type() == ComputeType::kBF16 ? "bf16" : "f32"));
+  state.SetLabel(w[0].quantized()                             ? KernelIsaName(MaxKernelIsa())
+                 : w[0].compute_type() == ComputeType::kBF16 ? "bf16"
+                 : w[0].storage() == WeightStorage::kBF16    ? "bf16 widened to f32"
+                                                             : "f32");
 }
 
 // m = 1: a decode step of one sequence; 4 .. 32: decode batches.
@@ -277,6 +276,40 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
 }
 BENCHMARK(BM_Bf16SmallBatchPaths)
     ->ArgsProduct({{1, 2, 4, 8, 12, 16, 24, 32}, {0, 1, 2, 3, 4}})
+    ->ArgNames({"m", "path"})
+    ->UseRealTime()
+    ->MinTime(0.5);
+
+// bf16 weights where the CPU has no bf16 GEMMs (TANDEM_CPU_ISA=f32, avx2 or
+// scalar here), cold: the small-batch kernel widening them in registers
+// (arg path 0) against panels widened for oneDNN's f32 GEMM (path 1,
+// widened_linear.h); where Linear switches from one to the other
+// (SmallBatchMaxRows for kF32).
+void BM_WidenedBf16Paths(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  const int64_t path = state.range(1);
+  const int64_t bytes = kN * kK * 2;
+  const auto w = MakeWeights(DType::kBF16, static_cast<int>((kColdBytes + bytes - 1) / bytes));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * kK)), y(static_cast<size_t>(m * kN));
+  for (auto& v : x) v = dist(rng);
+  size_t next = 0;
+  for (auto _ : state) {
+    const auto* wp = reinterpret_cast<const uint16_t*>(w[next].data());
+    if (path == 0) {
+      internal::SmallBatchLinear(x.data(), m, wp, /*w_bf16=*/true, kN, kK, nullptr, y.data());
+    } else {
+      internal::WidenedBf16Linear(x.data(), m, wp, kN, kK, nullptr, y.data());
+    }
+    next = next + 1 == w.size() ? 0 : next + 1;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  ReportRates(state, m, bytes);
+}
+BENCHMARK(BM_WidenedBf16Paths)
+    ->ArgsProduct({{1, 4, 8, 12, 16, 32, 48, 64, 128}, {0, 1}})
     ->ArgNames({"m", "path"})
     ->UseRealTime()
     ->MinTime(0.5);

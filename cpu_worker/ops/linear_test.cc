@@ -21,6 +21,7 @@
 #include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/onednn_matmul.h"
 #include "cpu_worker/ops/stream_prefetch.h"
+#include "cpu_worker/ops/widened_linear.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -118,8 +119,15 @@ TEST(LinearTest, F32CheckpointStaysF32WhenBf16Preferred) {
   EXPECT_EQ(lw->data(), w.data());
 }
 
+// bf16 weights stay where they lie: with AVX512-BF16 they compute in bf16;
+// without it, on AVX-512, in f32 on the exactly widened values (the
+// isa_f32/ run of this test), so only f32 accumulation error remains.
 TEST(LinearTest, Bf16MatchesReference) {
-  if (!CpuHasBf16()) GTEST_SKIP() << "no AVX512-BF16 here (or TANDEM_CPU_ISA=f32)";
+  const bool widened = !CpuHasBf16();
+  if (widened && !internal::Bf16WidenedInPlace()) {
+    GTEST_SKIP() << "bf16 weights are converted to f32 here (no AVX512-BF16, no AVX-512): "
+                    "LinearConvertedTest and Bf16CheckpointConvertedWhenF32Preferred";
+  }
   const uint32_t seed = FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed ", seed));
   std::mt19937 rng(seed);
@@ -139,13 +147,17 @@ TEST(LinearTest, Bf16MatchesReference) {
       auto lw = LinearWeight::Create(View(DType::kBF16, {s.n, s.k}, wb.data(), s.n * s.k * 2),
                                      ComputeType::kBF16);
       ASSERT_TRUE(lw.ok()) << lw.status();
-      ASSERT_EQ(lw->compute_type(), ComputeType::kBF16);
+      ASSERT_EQ(lw->compute_type(), widened ? ComputeType::kF32 : ComputeType::kBF16);
       EXPECT_EQ(lw->data(), wb.data()) << "bf16 weights are used in place";
       EXPECT_EQ(lw->storage(), WeightStorage::kBF16);
       EXPECT_EQ(lw->nbytes(), s.n * s.k * 2);
       std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
       const float* bias = with_bias ? b.data() : nullptr;
       Linear(x.data(), s.m, *lw, bias, y.data());
+      if (widened) {
+        ExpectClose(x, s.m, w_rounded, s.n, s.k, bias, y, 1e-5, absl::StrCat(what, " widened"));
+        continue;
+      }
       // Against the exact product of the f32 activations: bf16 rounding of x.
       ExpectClose(x, s.m, w_rounded, s.n, s.k, bias, y, 1e-2, what);
       // Tightly, against the product the kernel actually forms: oneDNN
@@ -282,6 +294,10 @@ TEST(LinearTest, SmallBatchKernelAndSwitchover) {
       if (lw16->compute_type() == ComputeType::kBF16) {
         Linear(x.data(), m, *lw16, b.data(), y.data());
         ExpectClose(x, m, w_rounded, n, k, b.data(), y, 1e-2, absl::StrCat(what, " bf16 Linear"));
+      } else if (lw16->storage() == WeightStorage::kBF16) {
+        Linear(x.data(), m, *lw16, b.data(), y.data());
+        ExpectClose(x, m, w_rounded, n, k, b.data(), y, 1e-5,
+                    absl::StrCat(what, " bf16 widened Linear"));
       }
     }
   }
@@ -302,6 +318,32 @@ TestWeight RandomWeight(std::mt19937& rng, int64_t n, int64_t k) {
     w.f32[i] = Bf16ToF32(w.bf16[i]);
   }
   return w;
+}
+
+// The f32 GEMM on widened panels, on any CPU: one panel (bias in the GEMM),
+// several with a partial last one (bias added after), and panels of a
+// single row, at batch sizes on both sides of the small-batch kernel's.
+TEST(LinearTest, WidenedBf16PanelsMatchReference) {
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 70}, {64, 256}, {5, 1}}) {
+    const TestWeight w = RandomWeight(rng, n, k);
+    const auto b = RandomVec(rng, n);
+    for (int64_t m : {1, 9, 49, 70}) {
+      const auto x = RandomVec(rng, m * k);
+      for (int64_t panel : {0, 7, 1}) {
+        for (bool with_bias : {false, true}) {
+          const float* bias = with_bias ? b.data() : nullptr;
+          std::vector<float> y(static_cast<size_t>(m * n), NAN);
+          internal::WidenedBf16Linear(x.data(), m, w.bf16.data(), n, k, bias, y.data(), panel);
+          ExpectClose(x, m, w.f32, n, k, bias, y, 1e-5,
+                      absl::StrCat("m=", m, " n=", n, " k=", k, " panel rows ", panel,
+                                   with_bias ? " bias" : ""));
+        }
+      }
+    }
+  }
 }
 
 // Shapes for the small-batch kernels: n below, at and past the row groups
@@ -419,7 +461,10 @@ TEST(LinearTest, RowResultDoesNotDependOnBatch) {
       const ComputeType t = lw->compute_type();
       const int64_t small = internal::SmallBatchMaxRows(t);
       std::vector<std::pair<int64_t, int64_t>> classes = {{1, small}};
-      if (t == ComputeType::kBF16 && internal::Bf16UsesAmxKernel(2, k)) {
+      if (t == ComputeType::kF32 && lw->storage() == WeightStorage::kBF16) {
+        // Widened bf16 (no bf16 GEMMs): the small-batch kernel up to 48 rows.
+        classes = {{1, internal::kWidenedSmallBatchMaxRows}};
+      } else if (t == ComputeType::kBF16 && internal::Bf16UsesAmxKernel(2, k)) {
         // One row alone on the small-batch kernel, 2-32 on the AMX kernel.
         classes = {{1, 1}, {2, internal::kAmxMaxRows}};
       } else if (t == ComputeType::kBF16 && internal::Bf16UsesDotKernel(2)) {
@@ -433,7 +478,8 @@ TEST(LinearTest, RowResultDoesNotDependOnBatch) {
       for (const auto& [lo, hi] : classes) {
         paths.push_back(
             {absl::StrCat("Linear ", t == ComputeType::kBF16 ? "bf16" : "f32",
-                          lw->storage() == WeightStorage::kBF16 ? "" : " (f32 storage)"),
+                          lw->storage() == WeightStorage::kBF16 ? " (bf16 storage)"
+                                                                : " (f32 storage)"),
              lo, hi,
              [lw, &b](const float* x, int64_t m, float* y) { Linear(x, m, *lw, b.data(), y); }});
       }
