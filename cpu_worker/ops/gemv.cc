@@ -7,6 +7,7 @@
 
 #include "common/status_macros.h"
 #include "cpu_worker/ops/cpu_features.h"
+#include "cpu_worker/ops/gemv_avx2.h"
 #include "cpu_worker/ops/intrinsics.h"
 #include "cpu_worker/ops/stream_prefetch.h"
 
@@ -533,6 +534,23 @@ void LinearAvx512Bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, i
 
 bool UseAvx512() { return MaxKernelIsa() >= KernelIsa::kAvx512; }
 
+// bf16 weights on AVX2 (gemv_avx2.h): x regrouped once by the calling
+// thread, then blocks of weight rows over the threads.
+void LinearAvx2Bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k,
+                    const float* bias, float* y, bool parallel) {
+  thread_local std::vector<float> split;  // the calling thread's; read by all the team
+  float* xs = AlignedScratch(split, SplitXAvx2Floats(m, k));
+  SplitXAvx2(x, m, k, xs);
+  // As the portable kernel's blocks: enough to balance the threads.
+  constexpr int64_t kBlock = 32;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t n0 = b * kBlock;
+    RowsAvx2Bf16(xs, m, w, n, k, bias, n0, std::min(n, n0 + kBlock), y);
+  }
+}
+
 }  // namespace
 
 void SmallBatchLinear(const float* x, int64_t m, const void* w, bool w_bf16, int64_t n, int64_t k,
@@ -543,6 +561,10 @@ void SmallBatchLinear(const float* x, int64_t m, const void* w, bool w_bf16, int
   const bool parallel = n * k * m > (1 << 15);
   if (w_bf16 && avx512) {
     LinearAvx512Bf16(x, m, static_cast<const uint16_t*>(w), n, k, bias, y, parallel);
+    return;
+  }
+  if (w_bf16 && allow_avx512 && MaxKernelIsa() >= KernelIsa::kAvx2) {
+    LinearAvx2Bf16(x, m, static_cast<const uint16_t*>(w), n, k, bias, y, parallel);
     return;
   }
   // Blocks of weight rows: small enough to balance threads, large enough to

@@ -26,8 +26,9 @@ namespace tandem::ops::internal {
 // a call's threads split n the same way every time).
 //
 // The AVX-512 kernels run where MaxKernelIsa() allows (TANDEM_CPU_ISA=avx2
-// or scalar rules them out); `allow_avx512 = false` forces the portable
-// kernel (for tests). For bf16 they use a thread-local copy of x split into
+// or scalar rules them out), and for bf16 weights an AVX2 kernel where AVX2
+// is the best level allowed (gemv_avx2.h); `allow_avx512 = false` forces
+// the portable kernel (for tests). For bf16 they use a thread-local copy of x split into
 // even and odd elements (about m * k floats, grown once) and, per worker
 // thread, a few KiB of scratch grown once.
 //

@@ -160,7 +160,7 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
     // bf16 weights computed in f32: widened in the small-batch kernel's
     // registers, or in panels for the f32 GEMM.
     const auto* wb = static_cast<const uint16_t*>(w.data());
-    if (m <= internal::kWidenedSmallBatchMaxRows) {
+    if (m <= internal::WidenedSmallBatchMaxRows()) {
       internal::SmallBatchLinear(x, m, wb, /*w_bf16=*/true, w.rows(), w.cols(), bias, y);
     } else {
       internal::WidenedBf16Linear(x, m, wb, w.rows(), w.cols(), bias, y);
@@ -241,13 +241,17 @@ bool Bf16UsesDotKernel(int64_t m) {
   return m >= 2 && m <= kBf16DotMaxRows && amd && !AmxUsable() && Bf16DotKernelRuns();
 }
 
-// The small-batch kernel widens bf16 in AVX-512 registers at the read
-// bandwidth (linear_bench.cc, BM_WidenedBf16Paths: 46 GB/s of bf16 at 1
-// row on the AMD EPYC VM with TANDEM_CPU_ISA=f32, where f32 copies read
-// 45 GB/s, i.e. half the weights per second); the portable kernel that
-// AVX2 machines would take reads 18.6 GB/s, slower per weight than their
-// f32 copies (45 GB/s), so there bf16 checkpoints are still converted.
-bool Bf16WidenedInPlace() { return MaxKernelIsa() >= KernelIsa::kAvx512; }
+// The small-batch kernel widens bf16 in registers (linear_bench.cc,
+// BM_WidenedBf16Paths and BM_Linear, cold, on the AMD EPYC VM): with
+// TANDEM_CPU_ISA=f32 (AVX-512) at 46 GB/s of bf16 at 1 row, where f32
+// copies read 45 GB/s, i.e. twice the weights per second; with
+// TANDEM_CPU_ISA=avx2 at 34-37 GB/s (f32 copies: 45-54), 1.2-1.5x, and
+// 78 and 100 GFLOP/s at 4 and 8 rows against 48 and 60. The portable
+// kernel (no AVX2) read 18.6 GB/s, slower per weight than f32 copies: there
+// bf16 checkpoints are still converted.
+bool Bf16WidenedInPlace() { return MaxKernelIsa() >= KernelIsa::kAvx2; }
+
+int64_t WidenedSmallBatchMaxRows() { return MaxKernelIsa() >= KernelIsa::kAvx512 ? 48 : 6; }
 
 bool QuantUsesAmxKernel(int64_t m, int64_t k) {
   return !QuantLinearUsesGemv(m) && AmxLinearFits(m, k) && AmxUsable();

@@ -1,9 +1,9 @@
 // Linear layers on the CPU: y[M, N] = x[M, K] · W[N, K]^T (+ bias[N]).
 // Weights are held in the GEMM's compute dtype: bf16 where the CPU has
 // AVX512-BF16 and the checkpoint is bf16, f32 otherwise (f32/f16 checkpoints),
-// so f32 checkpoints compute exactly in f32. On AVX-512 CPUs without
-// AVX512-BF16, bf16 checkpoints stay bf16 in place and compute in f32 on the
-// exactly widened values (Bf16WidenedInPlace, widened_linear.h). GGUF block-quantized weights
+// so f32 checkpoints compute exactly in f32. On AVX2 and AVX-512 CPUs
+// without AVX512-BF16, bf16 checkpoints stay bf16 in place and compute in
+// f32 on the exactly widened values (Bf16WidenedInPlace, widened_linear.h). GGUF block-quantized weights
 // (Q8_0, Q4_0, Q4_1) stay quantized where they lie unless f32 compute is
 // asked for (then they are dequantized once, and compute exactly as their
 // dequantized values); the quantized kernels round the activations to int8
@@ -142,14 +142,16 @@ bool Bf16UsesAmxKernel(int64_t m, int64_t k);
 bool Bf16UsesDotKernel(int64_t m);
 // True if bf16 weights stay bf16 where the CPU has no bf16 GEMMs, computed
 // in f32 on the exactly widened values (else they are converted to f32 at
-// load): where the small-batch kernel widens them at the read bandwidth.
+// load): where the small-batch kernel has an AVX-512 or AVX2 path for them.
 bool Bf16WidenedInPlace();
 // The most rows of such weights the small-batch kernel takes; larger
 // batches widen panels for oneDNN's f32 GEMM (widened_linear.h). On the
-// AMD EPYC VM (TANDEM_CPU_ISA=f32, 4096 x 4096 cold, 2 threads, GFLOP/s)
-// the kernel ran 282, 292 and 309 at 16, 32 and 48 rows against 164, 242
-// and 282 for the panels, and 302 against 332 at 64 (BM_WidenedBf16Paths).
-inline constexpr int64_t kWidenedSmallBatchMaxRows = 48;
+// AMD EPYC VM (4096 x 4096 cold, 2 threads, GFLOP/s, BM_WidenedBf16Paths):
+// with TANDEM_CPU_ISA=f32 (AVX-512) the kernel ran 282, 292 and 309 at 16,
+// 32 and 48 rows against 164, 242 and 282 for the panels, and 302 against
+// 332 at 64: 48. With TANDEM_CPU_ISA=avx2, 78, 91 and 100 at 4, 6 and 8
+// rows against 62, 89 and 109: 6.
+int64_t WidenedSmallBatchMaxRows();
 // True if a quantized Linear of m rows and k input features runs on the
 // AMX kernel (AmxQuantLinear): the batches above the int8 kernel's
 // (QuantLinearUsesGemv) up to kAmxMaxRows rows, where AMX is usable.

@@ -120,12 +120,13 @@ TEST(LinearTest, F32CheckpointStaysF32WhenBf16Preferred) {
 }
 
 // bf16 weights stay where they lie: with AVX512-BF16 they compute in bf16;
-// without it, on AVX-512, in f32 on the exactly widened values (the
-// isa_f32/ run of this test), so only f32 accumulation error remains.
+// without it, on AVX-512 or AVX2, in f32 on the exactly widened values (the
+// isa_f32/ and isa_avx2/ runs of this test), so only f32 accumulation error
+// remains.
 TEST(LinearTest, Bf16MatchesReference) {
   const bool widened = !CpuHasBf16();
   if (widened && !internal::Bf16WidenedInPlace()) {
-    GTEST_SKIP() << "bf16 weights are converted to f32 here (no AVX512-BF16, no AVX-512): "
+    GTEST_SKIP() << "bf16 weights are converted to f32 here (no AVX512-BF16, no AVX2): "
                     "LinearConvertedTest and Bf16CheckpointConvertedWhenF32Preferred";
   }
   const uint32_t seed = FreshSeed();
@@ -462,8 +463,8 @@ TEST(LinearTest, RowResultDoesNotDependOnBatch) {
       const int64_t small = internal::SmallBatchMaxRows(t);
       std::vector<std::pair<int64_t, int64_t>> classes = {{1, small}};
       if (t == ComputeType::kF32 && lw->storage() == WeightStorage::kBF16) {
-        // Widened bf16 (no bf16 GEMMs): the small-batch kernel up to 48 rows.
-        classes = {{1, internal::kWidenedSmallBatchMaxRows}};
+        // Widened bf16 (no bf16 GEMMs): the small-batch kernel.
+        classes = {{1, internal::WidenedSmallBatchMaxRows()}};
       } else if (t == ComputeType::kBF16 && internal::Bf16UsesAmxKernel(2, k)) {
         // One row alone on the small-batch kernel, 2-32 on the AMX kernel.
         classes = {{1, 1}, {2, internal::kAmxMaxRows}};

@@ -1,0 +1,114 @@
+#include "cpu_worker/ops/gemv_avx2.h"
+
+#include <cstring>
+
+#include "cpu_worker/ops/intrinsics.h"
+
+namespace tandem::ops::internal {
+namespace {
+
+#define TANDEM_AVX2 __attribute__((target("avx2,fma")))
+
+// Weight rows read side by side: 2 accumulators each, 8 of the 16 vector
+// registers, with the chunk of x and the widened weights in the rest.
+constexpr int kRows = 4;
+
+// The even (shifted up) and odd (low half masked off) elements of 16 bf16
+// weights as f32: exact.
+TANDEM_AVX2 inline void Widen(__m256i v, __m256* even, __m256* odd) {
+  *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// The last, partial chunk of a row, zero past k (so that no weight beyond
+// the row is read, and 0 * anything past k is never formed from a NaN).
+TANDEM_AVX2 inline __m256i LoadTail(const uint16_t* p, int64_t rem) {
+  alignas(32) uint16_t tmp[kAvx2Chunk] = {};
+  std::memcpy(tmp, p, static_cast<size_t>(rem) * sizeof(uint16_t));
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
+}
+
+// The 8 lanes of v summed by a fixed tree: halves, then pairs, then the two.
+TANDEM_AVX2 inline float Reduce(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// R weight rows from `w0` (k apart) against one row of x.
+template <int R>
+TANDEM_AVX2 inline void Tile(const float* xs, const uint16_t* w0, int64_t k, const float* bias,
+                             float* y) {
+  __m256 ae[R], ao[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) ae[r] = ao[r] = _mm256_setzero_ps();
+  const int64_t full = k / kAvx2Chunk;
+  for (int64_t c = 0; c < full; ++c) {
+    const __m256 xe = _mm256_loadu_ps(xs + c * kAvx2Chunk);
+    const __m256 xo = _mm256_loadu_ps(xs + c * kAvx2Chunk + 8);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      __m256 we, wo;
+      Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0 + r * k + c * kAvx2Chunk)),
+            &we, &wo);
+      ae[r] = _mm256_fmadd_ps(xe, we, ae[r]);
+      ao[r] = _mm256_fmadd_ps(xo, wo, ao[r]);
+    }
+  }
+  if (const int64_t rem = k - full * kAvx2Chunk; rem > 0) {
+    const __m256 xe = _mm256_loadu_ps(xs + full * kAvx2Chunk);
+    const __m256 xo = _mm256_loadu_ps(xs + full * kAvx2Chunk + 8);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      __m256 we, wo;
+      Widen(LoadTail(w0 + r * k + full * kAvx2Chunk, rem), &we, &wo);
+      ae[r] = _mm256_fmadd_ps(xe, we, ae[r]);
+      ao[r] = _mm256_fmadd_ps(xo, wo, ao[r]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    y[r] = Reduce(_mm256_add_ps(ae[r], ao[r])) + (bias != nullptr ? bias[r] : 0.0f);
+  }
+}
+
+}  // namespace
+
+TANDEM_AVX2 void SplitXAvx2(const float* x, int64_t m, int64_t k, float* xs) {
+  const int64_t chunks = (k + kAvx2Chunk - 1) / kAvx2Chunk;
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x + i * k;
+    for (int64_t c = 0; c < chunks; ++c) {
+      float* out = xs + (i * chunks + c) * kAvx2Chunk;
+      for (int t = 0; t < 8; ++t) {
+        const int64_t e = c * kAvx2Chunk + 2 * t;
+        out[t] = e < k ? row[e] : 0.0f;
+        out[8 + t] = e + 1 < k ? row[e + 1] : 0.0f;
+      }
+    }
+  }
+}
+
+TANDEM_AVX2 void RowsAvx2Bf16(const float* xs, int64_t m, const uint16_t* w, int64_t n,
+                              int64_t k, const float* bias, int64_t n0, int64_t n1, float* y) {
+  const int64_t row_floats = (k + kAvx2Chunk - 1) / kAvx2Chunk * kAvx2Chunk;
+  // Weight rows [j, j + kRows) against every row of x in turn: the tile's
+  // rows come from memory for the first and from the cache for the others.
+  float out[kRows];
+  int64_t j = n0;
+  for (; j + kRows <= n1; j += kRows) {
+    for (int64_t i = 0; i < m; ++i) {
+      Tile<kRows>(xs + i * row_floats, w + j * k, k, bias != nullptr ? bias + j : nullptr, out);
+      std::memcpy(y + i * n + j, out, sizeof(out));
+    }
+  }
+  for (; j < n1; ++j) {
+    for (int64_t i = 0; i < m; ++i) {
+      Tile<1>(xs + i * row_floats, w + j * k, k, bias != nullptr ? bias + j : nullptr, out);
+      y[i * n + j] = out[0];
+    }
+  }
+}
+
+}  // namespace tandem::ops::internal
