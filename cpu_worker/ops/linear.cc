@@ -242,7 +242,7 @@ bool Bf16UsesDotKernel(int64_t m) {
 }
 
 // The small-batch kernel widens bf16 in registers (linear_bench.cc,
-// BM_WidenedBf16Paths and BM_Linear, cold, on the AMD EPYC VM): with
+// BM_Bf16SmallBatchPaths and BM_Linear, cold, on the AMD EPYC VM): with
 // TANDEM_CPU_ISA=f32 (AVX-512) at 46 GB/s of bf16 at 1 row, where f32
 // copies read 45 GB/s, i.e. twice the weights per second; with
 // TANDEM_CPU_ISA=avx2 at 34-37 GB/s (f32 copies: 45-54), 1.2-1.5x, and

@@ -146,7 +146,8 @@ bool Bf16UsesDotKernel(int64_t m);
 bool Bf16WidenedInPlace();
 // The most rows of such weights the small-batch kernel takes; larger
 // batches widen panels for oneDNN's f32 GEMM (widened_linear.h). On the
-// AMD EPYC VM (4096 x 4096 cold, 2 threads, GFLOP/s, BM_WidenedBf16Paths):
+// AMD EPYC VM (4096 x 4096 cold, 2 threads, GFLOP/s, BM_Bf16SmallBatchPaths
+// paths 0 and 5):
 // with TANDEM_CPU_ISA=f32 (AVX-512) the kernel ran 282, 292 and 309 at 16,
 // 32 and 48 rows against 164, 242 and 282 for the panels, and 302 against
 // 332 at 64: 48. With TANDEM_CPU_ISA=avx2, 78, 91 and 100 at 4, 6 and 8

@@ -227,14 +227,17 @@ BENCHMARK_CAPTURE(BM_QuantSmallBatchPaths, q4_0, DType::kQ4_0)
 // (arg path 0), oneDNN's GEMM with x rounded to bf16 (path 1) and oneDNN
 // with the weight as source operand, x padded to 16 or 32 rows (path 2),
 // the AMX kernel (path 3, amx_linear.h) and the AVX512-BF16 dot-product
-// kernel (path 4, bf16_dot_linear.h).
+// kernel (path 4, bf16_dot_linear.h). Where the CPU has no bf16 GEMMs
+// (TANDEM_CPU_ISA=f32 or avx2 here) path 0 widens the weights in registers
+// and path 5 in panels for oneDNN's f32 GEMM (widened_linear.h): where
+// Linear switches between them (WidenedSmallBatchMaxRows).
 void BM_Bf16SmallBatchPaths(benchmark::State& state) {
-  if (!CpuHasBf16()) {
+  const int64_t m = state.range(0);
+  const int64_t path = state.range(1);
+  if (path != 0 && path != 5 && !CpuHasBf16()) {
     state.SkipWithError("no AVX512-BF16 (or TANDEM_CPU_ISA=f32)");
     return;
   }
-  const int64_t m = state.range(0);
-  const int64_t path = state.range(1);
   if (path == 3 && !internal::AmxUsable()) {
     state.SkipWithError("AMX not usable here");
     return;
@@ -252,6 +255,9 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
     const void* wp = w[next].data();
     if (path == 0) {
       internal::SmallBatchLinear(x.data(), m, wp, /*w_bf16=*/true, kN, kK, nullptr, y.data());
+    } else if (path == 5) {
+      internal::WidenedBf16Linear(x.data(), m, static_cast<const uint16_t*>(wp), kN, kK, nullptr,
+                                  y.data());
     } else if (path == 4) {
       internal::Bf16DotLinear(x.data(), m, static_cast<const uint16_t*>(wp), kN, kK, nullptr,
                               y.data());
@@ -275,41 +281,7 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
   ReportRates(state, m, bytes);
 }
 BENCHMARK(BM_Bf16SmallBatchPaths)
-    ->ArgsProduct({{1, 2, 4, 8, 12, 16, 24, 32}, {0, 1, 2, 3, 4}})
-    ->ArgNames({"m", "path"})
-    ->UseRealTime()
-    ->MinTime(0.5);
-
-// bf16 weights where the CPU has no bf16 GEMMs (TANDEM_CPU_ISA=f32, avx2 or
-// scalar here), cold: the small-batch kernel widening them in registers
-// (arg path 0) against panels widened for oneDNN's f32 GEMM (path 1,
-// widened_linear.h); where Linear switches from one to the other
-// (SmallBatchMaxRows for kF32).
-void BM_WidenedBf16Paths(benchmark::State& state) {
-  const int64_t m = state.range(0);
-  const int64_t path = state.range(1);
-  const int64_t bytes = kN * kK * 2;
-  const auto w = MakeWeights(DType::kBF16, static_cast<int>((kColdBytes + bytes - 1) / bytes));
-  std::mt19937 rng(2);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(m * kK)), y(static_cast<size_t>(m * kN));
-  for (auto& v : x) v = dist(rng);
-  size_t next = 0;
-  for (auto _ : state) {
-    const auto* wp = reinterpret_cast<const uint16_t*>(w[next].data());
-    if (path == 0) {
-      internal::SmallBatchLinear(x.data(), m, wp, /*w_bf16=*/true, kN, kK, nullptr, y.data());
-    } else {
-      internal::WidenedBf16Linear(x.data(), m, wp, kN, kK, nullptr, y.data());
-    }
-    next = next + 1 == w.size() ? 0 : next + 1;
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
-  ReportRates(state, m, bytes);
-}
-BENCHMARK(BM_WidenedBf16Paths)
-    ->ArgsProduct({{1, 4, 6, 8, 12, 16, 32, 48, 64, 128}, {0, 1}})
+    ->ArgsProduct({{1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128}, {0, 1, 2, 3, 4, 5}})
     ->ArgNames({"m", "path"})
     ->UseRealTime()
     ->MinTime(0.5);
