@@ -245,8 +245,8 @@ bool Bf16UsesDotKernel(int64_t m) {
 // BM_Bf16SmallBatchPaths and BM_Linear, cold, on the AMD EPYC VM): with
 // TANDEM_CPU_ISA=f32 (AVX-512) at 46 GB/s of bf16 at 1 row, where f32
 // copies read 45 GB/s, i.e. twice the weights per second; with
-// TANDEM_CPU_ISA=avx2 at 34-37 GB/s (f32 copies: 45-54), 1.2-1.5x, and
-// 78 and 100 GFLOP/s at 4 and 8 rows against 48 and 60. The portable
+// TANDEM_CPU_ISA=avx2 at 47-52 GB/s (f32 copies: 45-54), about 2x, and
+// 78-84 and 96-103 GFLOP/s at 4 and 8 rows against 48 and 60. The portable
 // kernel (no AVX2) read 18.6 GB/s, slower per weight than f32 copies: there
 // bf16 checkpoints are still converted.
 bool Bf16WidenedInPlace() { return MaxKernelIsa() >= KernelIsa::kAvx2; }
