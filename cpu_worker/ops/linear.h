@@ -3,12 +3,13 @@
 // AVX512-BF16 and the checkpoint is bf16, f32 otherwise (f32/f16 checkpoints),
 // so f32 checkpoints compute exactly in f32. On AVX2 and AVX-512 CPUs
 // without AVX512-BF16, bf16 checkpoints stay bf16 in place and compute in
-// f32 on the exactly widened values (Bf16WidenedInPlace, widened_linear.h). GGUF block-quantized weights
-// (Q8_0, Q4_0, Q4_1) stay quantized where they lie unless f32 compute is
-// asked for (then they are dequantized once, and compute exactly as their
-// dequantized values); the quantized kernels round the activations to int8
-// per block of 32 (quant_gemv.h). GEMMs run through oneDNN; Reference*
-// functions are the plain loops every fast path is tested against.
+// f32 on the exactly widened values (Bf16WidenedInPlace, widened_linear.h).
+// GGUF block-quantized weights (Q8_0, Q4_0, Q4_1) stay quantized where they
+// lie unless f32 compute is asked for (then they are dequantized once, and
+// compute exactly as their dequantized values); the quantized kernels round
+// the activations to int8 per block of 32 (quant_gemv.h). GEMMs run through
+// oneDNN; Reference* functions are the plain loops every fast path is
+// tested against.
 // Decode-sized batches (internal::SmallBatchMaxRows) take a kernel that
 // streams the in-place weight once, since oneDNN 2.6 repacks an in-place
 // [N, K] weight on every call; it multiplies f32 activations by the exactly
