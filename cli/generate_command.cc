@@ -129,6 +129,14 @@ absl::Status Run(const GenerateOptions& o) {
   if (o.max_context < 0) return absl::InvalidArgumentError("--max-context must be >= 0");
 
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(o.model));
+  // Past the positions the model was trained for its outputs are not the
+  // model's: refused, as serve refuses --max-model-len there.
+  if (const int64_t positions = ckpt->config().max_position;
+      positions > 0 && o.max_context > positions) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-context ", o.max_context,
+                                                   " is more than the model's context (",
+                                                   positions, " positions)"));
+  }
   // The tokenizer is needed for text in or out; ids-only runs work without.
   absl::StatusOr<std::unique_ptr<Tokenizer>> tok = LoadTokenizer(*ckpt);
   if (!tok.ok() && !o.prompt.empty()) return tok.status();

@@ -60,6 +60,9 @@ expect_error "id out of range" "outside the vocabulary" --model "$MODEL" --promp
 expect_error "both prompts" "exactly one" --model "$MODEL" --prompt-ids 1 --prompt hi
 expect_error "negative temperature" "temperature" --model "$MODEL" --prompt-ids 1 --temperature -1
 expect_error "negative context" "--max-context must be >= 0" --model "$MODEL" --prompt-ids 1 --max-context -5
+MODEL_POSITIONS=$(python3 -c "import json;print(json.load(open('$MODEL/config.json'))['max_position_embeddings'])")
+expect_error "context past the model's" "more than the model's context ($MODEL_POSITIONS positions)" \
+  --model "$MODEL" --prompt-ids 1 --max-context $((MODEL_POSITIONS + 1))
 expect_error "cpu experts of a dense model" "no routed experts" --model "$MODEL" --prompt-ids 1 --cpu-experts all
 expect_error "text without tokenizer" "tokenizer" --model "$MODEL" --prompt hello
 "$TANDEM" generate --bogus-flag >/dev/null 2>&1
