@@ -37,6 +37,16 @@ TANDEM_AVX2 inline float Reduce(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// The one accumulation step: 16 weights `v` widened, times chunk `xc` of
+// x as SplitXAvx2 lays it out (evens, then odds). Every path takes it, so
+// a row's result does not depend on the path, i.e. on m.
+TANDEM_AVX2 inline void Step(const float* xc, __m256i v, __m256& ae, __m256& ao) {
+  __m256 we, wo;
+  Widen(v, &we, &wo);
+  ae = _mm256_fmadd_ps(_mm256_loadu_ps(xc), we, ae);
+  ao = _mm256_fmadd_ps(_mm256_loadu_ps(xc + 8), wo, ao);
+}
+
 // R weight rows from `w0` (k apart) against one row of x.
 template <int R>
 TANDEM_AVX2 inline void Tile(const float* xs, const uint16_t* w0, int64_t k, const float* bias,
@@ -46,26 +56,17 @@ TANDEM_AVX2 inline void Tile(const float* xs, const uint16_t* w0, int64_t k, con
   for (int r = 0; r < R; ++r) ae[r] = ao[r] = _mm256_setzero_ps();
   const int64_t full = k / kAvx2Chunk;
   for (int64_t c = 0; c < full; ++c) {
-    const __m256 xe = _mm256_loadu_ps(xs + c * kAvx2Chunk);
-    const __m256 xo = _mm256_loadu_ps(xs + c * kAvx2Chunk + 8);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      __m256 we, wo;
-      Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0 + r * k + c * kAvx2Chunk)),
-            &we, &wo);
-      ae[r] = _mm256_fmadd_ps(xe, we, ae[r]);
-      ao[r] = _mm256_fmadd_ps(xo, wo, ao[r]);
+      const uint16_t* p = w0 + r * k + c * kAvx2Chunk;
+      Step(xs + c * kAvx2Chunk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), ae[r],
+           ao[r]);
     }
   }
   if (const int64_t rem = k - full * kAvx2Chunk; rem > 0) {
-    const __m256 xe = _mm256_loadu_ps(xs + full * kAvx2Chunk);
-    const __m256 xo = _mm256_loadu_ps(xs + full * kAvx2Chunk + 8);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      __m256 we, wo;
-      Widen(LoadTail(w0 + r * k + full * kAvx2Chunk, rem), &we, &wo);
-      ae[r] = _mm256_fmadd_ps(xe, we, ae[r]);
-      ao[r] = _mm256_fmadd_ps(xo, wo, ao[r]);
+      Step(xs + full * kAvx2Chunk, LoadTail(w0 + r * k + full * kAvx2Chunk, rem), ae[r], ao[r]);
     }
   }
 #pragma GCC unroll 4
@@ -74,8 +75,8 @@ TANDEM_AVX2 inline void Tile(const float* xs, const uint16_t* w0, int64_t k, con
   }
 }
 
-// One row of x against weight row j alone, with Tile<1>'s arithmetic (a
-// row's result does not depend on m), the weight read as one stream
+// One row of x against weight row j alone, with Tile's arithmetic (Step
+// and Reduce), the weight read as one stream
 // fetched kStreamAheadBytes ahead across row ends, never past the weight's
 // end (stream_prefetch.h): rows one after the other read 40-54 GB/s of
 // bf16 on the AMD EPYC VM against 34-41 for 4 rows k apart as in the
@@ -91,16 +92,10 @@ TANDEM_AVX2 inline void StreamRow(const float* xs, const uint16_t* w, int64_t n,
   for (int64_t c = 0; c < full; ++c) {
     const uint16_t* p = row + c * kAvx2Chunk;
     if ((c & 1) == 0 && p < fetch_end) PrefetchLine<L>(p + kAhead);  // a line per 2 chunks
-    __m256 we, wo;
-    Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), &we, &wo);
-    ae = _mm256_fmadd_ps(_mm256_loadu_ps(xs + c * kAvx2Chunk), we, ae);
-    ao = _mm256_fmadd_ps(_mm256_loadu_ps(xs + c * kAvx2Chunk + 8), wo, ao);
+    Step(xs + c * kAvx2Chunk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), ae, ao);
   }
   if (const int64_t rem = k - full * kAvx2Chunk; rem > 0) {
-    __m256 we, wo;
-    Widen(LoadTail(row + full * kAvx2Chunk, rem), &we, &wo);
-    ae = _mm256_fmadd_ps(_mm256_loadu_ps(xs + full * kAvx2Chunk), we, ae);
-    ao = _mm256_fmadd_ps(_mm256_loadu_ps(xs + full * kAvx2Chunk + 8), wo, ao);
+    Step(xs + full * kAvx2Chunk, LoadTail(row + full * kAvx2Chunk, rem), ae, ao);
   }
   y[j] = Reduce(_mm256_add_ps(ae, ao)) + (bias != nullptr ? bias[j] : 0.0f);
 }
