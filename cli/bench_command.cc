@@ -20,9 +20,10 @@ namespace {
 absl::StatusOr<DType> SyntheticDType(const std::string& s) {
   if (s.empty() || s == "bf16") return DType::kBF16;
   if (s == "f32") return DType::kF32;
+  if (s == "f16") return DType::kF16;
   if (s == "q8_0") return DType::kQ8_0;
   if (s == "q4_0") return DType::kQ4_0;
-  return absl::InvalidArgumentError("--dtype for a synthetic model: f32, bf16, q8_0 or q4_0");
+  return absl::InvalidArgumentError("--dtype for a synthetic model: f32, bf16, f16, q8_0 or q4_0");
 }
 
 // Flags given as non-zero replace the kind's default shape.
@@ -146,9 +147,9 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchCommandOptions& o) {
                   "Write a random model to a temporary directory instead: dense (~LLaMA-1B) or "
                   "moe (8 experts top-2, ~0.64B)");
   cmd->add_option("--dtype", o.dtype,
-                  "Synthetic weights: f32, bf16 (default), q8_0, q4_0 (computed on the quantized "
-                  "kernels); with --model the GEMM dtype as for generate: auto, bf16, f32, "
-                  "quantized (GGUF blocks computed in place)");
+                  "Synthetic weights: f32, bf16 (default), f16, q8_0, q4_0 (computed on the "
+                  "quantized kernels); with --model the GEMM dtype as for generate: auto, bf16, "
+                  "f32, quantized (GGUF blocks computed in place)");
   cmd->add_option("--hidden", o.hidden, "Synthetic: hidden size");
   cmd->add_option("--layers", o.layers, "Synthetic: layers");
   cmd->add_option("--intermediate", o.intermediate, "Synthetic: MLP (per-expert for moe) width");

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/status_macros.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv_avx2.h"
@@ -32,38 +33,39 @@ float* AlignedScratch(std::vector<float>& v, int64_t floats) {
 
 constexpr int kLanes = 16;
 
-template <typename W>
-float WeightToF32(W v);
-template <>
-inline float WeightToF32<float>(float v) {
-  return v;
-}
-template <>
-inline float WeightToF32<uint16_t>(uint16_t v) {
-  return std::bit_cast<float>(static_cast<uint32_t>(v) << 16);
+// W is the element's storage type: float, or uint16_t for the 16-bit types.
+template <GemvWeight F, typename W>
+inline float WeightToF32(W v) {
+  if constexpr (F == GemvWeight::kF32) {
+    return v;
+  } else if constexpr (F == GemvWeight::kBF16) {
+    return std::bit_cast<float>(static_cast<uint32_t>(v) << 16);
+  } else {
+    return F16ToF32(v);
+  }
 }
 
-template <typename W>
+template <GemvWeight F, typename W>
 inline float DotPortable(const float* x, const W* w, int64_t k) {
   float acc[kLanes] = {};
   int64_t l = 0;
   for (; l + kLanes <= k; l += kLanes) {
-    for (int t = 0; t < kLanes; ++t) acc[t] += x[l + t] * WeightToF32(w[l + t]);
+    for (int t = 0; t < kLanes; ++t) acc[t] += x[l + t] * WeightToF32<F>(w[l + t]);
   }
-  for (int t = 0; l + t < k; ++t) acc[t] += x[l + t] * WeightToF32(w[l + t]);
+  for (int t = 0; l + t < k; ++t) acc[t] += x[l + t] * WeightToF32<F>(w[l + t]);
   for (int s = kLanes / 2; s >= 1; s /= 2) {
     for (int t = 0; t < s; ++t) acc[t] += acc[t + s];
   }
   return acc[0];
 }
 
-template <typename W>
+template <GemvWeight F, typename W>
 inline void RowsPortable(const float* x, int64_t m, const W* w, int64_t n, int64_t k,
                          const float* bias, int64_t n0, int64_t n1, float* y) {
   for (int64_t j = n0; j < n1; ++j) {
     const W* wr = w + j * k;
     const float b = bias != nullptr ? bias[j] : 0.0f;
-    for (int64_t i = 0; i < m; ++i) y[i * n + j] = DotPortable(x + i * k, wr, k) + b;
+    for (int64_t i = 0; i < m; ++i) y[i * n + j] = DotPortable<F>(x + i * k, wr, k) + b;
   }
 }
 
@@ -72,13 +74,20 @@ __attribute__((target_clones("avx2", "default"))) void RowsPortableF32(const flo
                                                                        int64_t k, const float* bias,
                                                                        int64_t n0, int64_t n1,
                                                                        float* y) {
-  RowsPortable(x, m, w, n, k, bias, n0, n1, y);
+  RowsPortable<GemvWeight::kF32>(x, m, w, n, k, bias, n0, n1, y);
 }
 
 __attribute__((target_clones("avx2", "default"))) void RowsPortableBf16(
     const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k, const float* bias,
     int64_t n0, int64_t n1, float* y) {
-  RowsPortable(x, m, w, n, k, bias, n0, n1, y);
+  RowsPortable<GemvWeight::kBF16>(x, m, w, n, k, bias, n0, n1, y);
+}
+
+// (Only tests and CPUs without F16C reach it: Linear converts f16 weights to
+// f32 at load where no AVX2 kernel reads them.)
+void RowsPortableF16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k,
+                     const float* bias, int64_t n0, int64_t n1, float* y) {
+  RowsPortable<GemvWeight::kF16>(x, m, w, n, k, bias, n0, n1, y);
 }
 
 // ---------------------------------------------------------------------------
@@ -141,7 +150,7 @@ TANDEM_AVX512 inline void RowBlockF32(const float* x, int64_t m, const float* w,
 
 // One row of x against weight row j alone, the weight read as one stream
 // fetched kStreamAheadBytes ahead across row ends (stream_prefetch.h; as
-// StreamRowBf16 below): MicroKernelF32<1, 1>'s arithmetic, so a row's
+// StreamRow below): MicroKernelF32<1, 1>'s arithmetic, so a row's
 // result is the same bits as in a batch.
 template <PrefetchLevel L>
 TANDEM_AVX512 inline void StreamRowF32(const float* x, const float* w, int64_t n, int64_t k,
@@ -176,10 +185,12 @@ TANDEM_AVX512 void RowsAvx512F32(const float* x, int64_t m, const float* w, int6
 }
 
 // ---------------------------------------------------------------------------
-// AVX-512, bf16 weights. A 64-byte load holds 32 weights; shifting each
-// dword left by 16 gives the even elements as f32, masking off its low half
-// the odd ones (exact, two instructions per 32 weights). x is split the
-// same way once per call (SplitChunkBf16). Every output element is then
+// AVX-512, bf16 and f16 weights (F). A 64-byte load holds 32 weights. For
+// bf16, shifting each dword left by 16 gives the even elements as f32,
+// masking off its low half the odd ones (exact, two instructions per 32
+// weights); for f16, vcvtph2ps widens each 32-byte half (exact: every f16
+// is an f32). x is regrouped to match once per call (SplitChunk: evens and
+// odds, or the two halves as they are). Every output element is then
 // accumulated by Step over its 32-element chunks in order, in 16 lanes, and
 // finished by Finish: the direct and the blocked paths below differ only in
 // where the operands wait between steps (registers or an L1 buffer), not in
@@ -196,13 +207,23 @@ TANDEM_AVX512 inline __mmask32 ChunkMask(int64_t k, int64_t l) {
   return k - l >= kChunk ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (k - l)) - 1);
 }
 
+// The chunk's 32 weights as two f32 vectors: for bf16 the even and the odd
+// elements, for f16 the first 16 and the last 16 (zero past the mask).
+template <GemvWeight F>
 TANDEM_AVX512 inline void Widen(const uint16_t* p, __mmask32 mask, __m512* even, __m512* odd) {
   const __m512i v = _mm512_maskz_loadu_epi16(mask, p);
-  *even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-  *odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  if constexpr (F == GemvWeight::kBF16) {
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    *odd = _mm512_castsi512_ps(
+        _mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  } else {
+    *even = _mm512_cvtph_ps(_mm512_castsi512_si256(v));
+    *odd = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1));
+  }
 }
 
-// acc += x_even * w_even, then += x_odd * w_odd: the one accumulation step.
+// acc += x_even * w_even, then += x_odd * w_odd (for f16, the first and
+// the last 16 elements): the one accumulation step.
 TANDEM_AVX512 inline __m512 Step(__m512 acc, __m512 xe, __m512 xo, __m512 we, __m512 wo) {
   return _mm512_fmadd_ps(xo, wo, _mm512_fmadd_ps(xe, we, acc));
 }
@@ -211,11 +232,13 @@ TANDEM_AVX512 inline float Finish(__m512 acc, const float* bias, int64_t j) {
   return _mm512_reduce_add_ps(acc) + (bias != nullptr ? bias[j] : 0.0f);
 }
 
-// Chunk c of row i of x goes to xs + (c * m + i) * 32: its 16 even
-// elements, then its 16 odd ones, zero past k. Chunk-major, so that the
-// rows one step of a tile reads are adjacent lines (rows of a row-major x
-// lie a power of two apart for the usual k and would share L1 sets).
-TANDEM_AVX512 void SplitChunkBf16(const float* x, int64_t m, int64_t k, int64_t c, float* xs) {
+// Chunk c of row i of x goes to xs + (c * m + i) * 32: for bf16 its 16
+// even elements, then its 16 odd ones, for f16 its elements in order; zero
+// past k. Chunk-major, so that the rows one step of a tile reads are
+// adjacent lines (rows of a row-major x lie a power of two apart for the
+// usual k and would share L1 sets).
+template <GemvWeight F>
+TANDEM_AVX512 void SplitChunk(const float* x, int64_t m, int64_t k, int64_t c, float* xs) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const int64_t l = c * kChunk;
@@ -229,8 +252,13 @@ TANDEM_AVX512 void SplitChunkBf16(const float* x, int64_t m, int64_t k, int64_t 
     const __m512 a = _mm512_maskz_loadu_ps(lo, x + i * k + l);
     const __m512 b = _mm512_maskz_loadu_ps(hi, x + i * k + l + 16);
     float* dst = xs + (c * m + i) * kChunk;
-    _mm512_store_ps(dst, _mm512_permutex2var_ps(a, even, b));
-    _mm512_store_ps(dst + 16, _mm512_permutex2var_ps(a, odd, b));
+    if constexpr (F == GemvWeight::kBF16) {
+      _mm512_store_ps(dst, _mm512_permutex2var_ps(a, even, b));
+      _mm512_store_ps(dst + 16, _mm512_permutex2var_ps(a, odd, b));
+    } else {
+      _mm512_store_ps(dst, a);
+      _mm512_store_ps(dst + 16, b);
+    }
   }
 }
 
@@ -251,8 +279,8 @@ constexpr int64_t kInRowMinBytes = 4096;
 constexpr int64_t kInRowAhead = 512;  // elements: 1 KiB
 constexpr int64_t kAheadBytes = 128 << 10;
 
-template <int R, int C, PrefetchLevel L>
-TANDEM_AVX512 inline void DirectTileBf16(const float* xs, int64_t m, const uint16_t* w, int64_t n,
+template <GemvWeight F, int R, int C, PrefetchLevel L>
+TANDEM_AVX512 inline void DirectTile(const float* xs, int64_t m, const uint16_t* w, int64_t n,
                                          int64_t k, const float* bias, int64_t i0, int64_t j0,
                                          float* y) {
   __m512 acc[R][C];
@@ -276,7 +304,7 @@ TANDEM_AVX512 inline void DirectTileBf16(const float* xs, int64_t m, const uint1
       } else if (j0 + ahead_rows + r < n) {
         PrefetchLine<L>(p + ahead_rows * k);
       }
-      Widen(p, mask, &we[r], &wo[r]);
+      Widen<F>(p, mask, &we[r], &wo[r]);
     }
     const float* xc = xs + (ch * m + i0) * kChunk;
 #pragma GCC unroll 4
@@ -294,21 +322,21 @@ TANDEM_AVX512 inline void DirectTileBf16(const float* xs, int64_t m, const uint1
   }
 }
 
-template <int R, PrefetchLevel L>
-TANDEM_AVX512 inline void DirectRowsBf16(const float* xs, int64_t m, const uint16_t* w, int64_t n,
+template <GemvWeight F, int R, PrefetchLevel L>
+TANDEM_AVX512 inline void DirectRows(const float* xs, int64_t m, const uint16_t* w, int64_t n,
                                          int64_t k, const float* bias, int64_t j0, float* y) {
   switch (m) {
     case 4:
-      DirectTileBf16<R, 4, L>(xs, m, w, n, k, bias, 0, j0, y);
+      DirectTile<F, R, 4, L>(xs, m, w, n, k, bias, 0, j0, y);
       break;
     case 3:
-      DirectTileBf16<R, 3, L>(xs, m, w, n, k, bias, 0, j0, y);
+      DirectTile<F, R, 3, L>(xs, m, w, n, k, bias, 0, j0, y);
       break;
     case 2:
-      DirectTileBf16<R, 2, L>(xs, m, w, n, k, bias, 0, j0, y);
+      DirectTile<F, R, 2, L>(xs, m, w, n, k, bias, 0, j0, y);
       break;
     default:
-      DirectTileBf16<R, 1, L>(xs, m, w, n, k, bias, 0, j0, y);
+      DirectTile<F, R, 1, L>(xs, m, w, n, k, bias, 0, j0, y);
       break;
   }
 }
@@ -321,12 +349,12 @@ TANDEM_AVX512 inline void DirectRowsBf16(const float* xs, int64_t m, const uint1
 // from cache on two cores, well above DRAM. Without the software prefetch
 // the loop read 19 GB/s; 1, 2, 4 and 8 KiB ahead read 0.78-0.85,
 // 0.89-1.06, 0.70-0.87 and 0.82-0.84 of the sweep beside it. The
-// arithmetic is DirectTileBf16<1, 1>'s, so a row's result is the same bits
+// arithmetic is DirectTile<F, 1, 1>'s, so a row's result is the same bits
 // as in a batch.
 constexpr int64_t kStreamAhead = kStreamAheadBytes / sizeof(uint16_t);  // elements
 
-template <PrefetchLevel L>
-TANDEM_AVX512 inline void StreamRowBf16(const float* xs, const uint16_t* w, int64_t n, int64_t k,
+template <GemvWeight F, PrefetchLevel L>
+TANDEM_AVX512 inline void StreamRow(const float* xs, const uint16_t* w, int64_t n, int64_t k,
                                         const float* bias, int64_t j, float* y) {
   const uint16_t* row = w + j * k;
   const int64_t fetch_end = n * k - kStreamAhead;  // no fetches past the weight
@@ -336,23 +364,23 @@ TANDEM_AVX512 inline void StreamRowBf16(const float* xs, const uint16_t* w, int6
     const uint16_t* p = row + ch * kChunk;
     if (j * k + ch * kChunk < fetch_end) PrefetchLine<L>(p + kStreamAhead);
     __m512 we, wo;
-    Widen(p, ChunkMask(k, ch * kChunk), &we, &wo);
+    Widen<F>(p, ChunkMask(k, ch * kChunk), &we, &wo);
     const float* xc = xs + ch * kChunk;
     acc = Step(acc, _mm512_load_ps(xc), _mm512_load_ps(xc + 16), we, wo);
   }
   y[j] = Finish(acc, bias, j);
 }
 
-template <PrefetchLevel L>
-TANDEM_AVX512 void DirectItemBf16(const float* xs, int64_t m, const uint16_t* w, int64_t n,
+template <GemvWeight F, PrefetchLevel L>
+TANDEM_AVX512 void DirectItem(const float* xs, int64_t m, const uint16_t* w, int64_t n,
                                   int64_t k, const float* bias, int64_t n0, int64_t n1, float* y) {
   int64_t j = n0;
   if (m == 1) {
-    for (; j < n1; ++j) StreamRowBf16<L>(xs, w, n, k, bias, j, y);
+    for (; j < n1; ++j) StreamRow<F, L>(xs, w, n, k, bias, j, y);
     return;
   }
-  for (; j + 4 <= n1; j += 4) DirectRowsBf16<4, L>(xs, m, w, n, k, bias, j, y);
-  for (; j < n1; ++j) DirectRowsBf16<1, L>(xs, m, w, n, k, bias, j, y);
+  for (; j + 4 <= n1; j += 4) DirectRows<F, 4, L>(xs, m, w, n, k, bias, j, y);
+  for (; j < n1; ++j) DirectRows<F, 1, L>(xs, m, w, n, k, bias, j, y);
 }
 
 // Blocked path, for more rows of x: the direct path would stream all of x
@@ -368,7 +396,7 @@ struct BlockScratch {
   float* accs;  // [kGroupRows][m][16]: the accumulators between k blocks
 };
 
-template <int R>
+template <GemvWeight F, int R>
 TANDEM_AVX512 inline void WidenBlock(const uint16_t* w, int64_t k, int64_t j, int64_t c0,
                                      int64_t nc, const uint16_t* prefetch, float* wb) {
   for (int64_t ch = 0; ch < nc; ++ch) {
@@ -380,7 +408,7 @@ TANDEM_AVX512 inline void WidenBlock(const uint16_t* w, int64_t k, int64_t j, in
         _mm_prefetch(reinterpret_cast<const char*>(prefetch + r * k + ch * kChunk), _MM_HINT_T1);
       }
       __m512 we, wo;
-      Widen(w + (j + r) * k + l, mask, &we, &wo);
+      Widen<F>(w + (j + r) * k + l, mask, &we, &wo);
       _mm512_store_ps(wb + (ch * R + r) * kChunk, we);
       _mm512_store_ps(wb + (ch * R + r) * kChunk + 16, wo);
     }
@@ -390,7 +418,7 @@ TANDEM_AVX512 inline void WidenBlock(const uint16_t* w, int64_t k, int64_t j, in
 // Rows [i0, i0 + C) of x against the R widened rows in `wb` (group rows
 // [jr, jr + R)), chunks [c0, c0 + nc).
 template <int R, int C>
-TANDEM_AVX512 inline void BlockTileBf16(const float* xs, int64_t m, const BlockScratch& s,
+TANDEM_AVX512 inline void BlockTile(const float* xs, int64_t m, const BlockScratch& s,
                                         int64_t c0, int64_t nc, bool first, bool last, int64_t i0,
                                         int64_t jr, int64_t j0, int64_t n, const float* bias,
                                         float* y) {
@@ -433,21 +461,21 @@ TANDEM_AVX512 inline void BlockTileBf16(const float* xs, int64_t m, const BlockS
 }
 
 template <int R>
-TANDEM_AVX512 inline void BlockTilesBf16(const float* xs, int64_t m, const BlockScratch& s,
+TANDEM_AVX512 inline void BlockTiles(const float* xs, int64_t m, const BlockScratch& s,
                                          int64_t c0, int64_t nc, bool first, bool last, int64_t jr,
                                          int64_t j0, int64_t n, const float* bias, float* y) {
   int64_t i = 0;
   for (; i + 4 <= m; i += 4)
-    BlockTileBf16<R, 4>(xs, m, s, c0, nc, first, last, i, jr, j0, n, bias, y);
+    BlockTile<R, 4>(xs, m, s, c0, nc, first, last, i, jr, j0, n, bias, y);
   switch (m - i) {
     case 3:
-      BlockTileBf16<R, 3>(xs, m, s, c0, nc, first, last, i, jr, j0, n, bias, y);
+      BlockTile<R, 3>(xs, m, s, c0, nc, first, last, i, jr, j0, n, bias, y);
       break;
     case 2:
-      BlockTileBf16<R, 2>(xs, m, s, c0, nc, first, last, i, jr, j0, n, bias, y);
+      BlockTile<R, 2>(xs, m, s, c0, nc, first, last, i, jr, j0, n, bias, y);
       break;
     case 1:
-      BlockTileBf16<R, 1>(xs, m, s, c0, nc, first, last, i, jr, j0, n, bias, y);
+      BlockTile<R, 1>(xs, m, s, c0, nc, first, last, i, jr, j0, n, bias, y);
       break;
     default:
       break;
@@ -455,7 +483,8 @@ TANDEM_AVX512 inline void BlockTilesBf16(const float* xs, int64_t m, const Block
 }
 
 // Weight rows [j0, j0 + g), g <= kGroupRows.
-TANDEM_AVX512 void BlockItemBf16(const float* xs, int64_t m, const uint16_t* w, int64_t n,
+template <GemvWeight F>
+TANDEM_AVX512 void BlockItem(const float* xs, int64_t m, const uint16_t* w, int64_t n,
                                  int64_t k, const float* bias, int64_t j0, int64_t g,
                                  const BlockScratch& s, float* y) {
   constexpr int R = kBlockTileRows;
@@ -474,17 +503,18 @@ TANDEM_AVX512 void BlockItemBf16(const float* xs, int64_t m, const uint16_t* w, 
       } else if (j0 + kGroupRows + jr + R <= n) {
         next = w + (j0 + kGroupRows + jr) * k;
       }
-      WidenBlock<R>(w, k, j0 + jr, c0, nc, next, s.wb);
-      BlockTilesBf16<R>(xs, m, s, c0, nc, first, last, jr, j0, n, bias, y);
+      WidenBlock<F, R>(w, k, j0 + jr, c0, nc, next, s.wb);
+      BlockTiles<R>(xs, m, s, c0, nc, first, last, jr, j0, n, bias, y);
     }
     for (; jr < g; ++jr) {
-      WidenBlock<1>(w, k, j0 + jr, c0, nc, nullptr, s.wb);
-      BlockTilesBf16<1>(xs, m, s, c0, nc, first, last, jr, j0, n, bias, y);
+      WidenBlock<F, 1>(w, k, j0 + jr, c0, nc, nullptr, s.wb);
+      BlockTiles<1>(xs, m, s, c0, nc, first, last, jr, j0, n, bias, y);
     }
   }
 }
 
-void LinearAvx512Bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k,
+template <GemvWeight F>
+void LinearAvx512Half(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k,
                       const float* bias, float* y, bool parallel) {
   const int64_t chunks = (k + kChunk - 1) / kChunk;
   // The calling thread's; read by all the team.
@@ -499,7 +529,7 @@ void LinearAvx512Bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, i
 #pragma omp parallel if (parallel)
   {
 #pragma omp for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) SplitChunkBf16(x, m, k, c, xs);
+    for (int64_t c = 0; c < chunks; ++c) SplitChunk<F>(x, m, k, c, xs);
     // (The implicit barrier: every chunk is split before any tile reads.)
     BlockScratch s{nullptr, nullptr};
     if (blocked) {
@@ -508,11 +538,11 @@ void LinearAvx512Bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, i
       s.accs = s.wb + kBlockChunks * kBlockTileRows * kChunk;
     }
     if (blocked) {
-      // Static: each thread's next group is the one BlockItemBf16 prefetches.
+      // Static: each thread's next group is the one BlockItem prefetches.
 #pragma omp for schedule(static)
       for (int64_t b = 0; b < items; ++b) {
         const int64_t n0 = b * kGroupRows;
-        BlockItemBf16(xs, m, w, n, k, bias, n0, std::min(n, n0 + kGroupRows) - n0, s, y);
+        BlockItem<F>(xs, m, w, n, k, bias, n0, std::min(n, n0 + kGroupRows) - n0, s, y);
       }
     } else {
       // Dynamic: on a shared machine a thread that loses a time slice would
@@ -523,9 +553,9 @@ void LinearAvx512Bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, i
         const int64_t n0 = b * item_rows;
         const int64_t n1 = std::min(n, n0 + item_rows);
         if (l2) {
-          DirectItemBf16<PrefetchLevel::kL2>(xs, m, w, n, k, bias, n0, n1, y);
+          DirectItem<F, PrefetchLevel::kL2>(xs, m, w, n, k, bias, n0, n1, y);
         } else {
-          DirectItemBf16<PrefetchLevel::kL1>(xs, m, w, n, k, bias, n0, n1, y);
+          DirectItem<F, PrefetchLevel::kL1>(xs, m, w, n, k, bias, n0, n1, y);
         }
       }
     }
@@ -534,44 +564,50 @@ void LinearAvx512Bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, i
 
 bool UseAvx512() { return MaxKernelIsa() >= KernelIsa::kAvx512; }
 
-// bf16 weights on AVX2 (gemv_avx2.h): x regrouped once by the calling
-// thread, then blocks of weight rows over the threads.
-void LinearAvx2Bf16(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k,
-                    const float* bias, float* y, bool parallel) {
+// bf16 and f16 weights on AVX2 (gemv_avx2.h): x regrouped once by the
+// calling thread, then blocks of weight rows over the threads.
+void LinearAvx2Half(const float* x, int64_t m, const uint16_t* w, GemvWeight wt, int64_t n,
+                    int64_t k, const float* bias, float* y, bool parallel) {
   thread_local std::vector<float> split;  // the calling thread's; read by all the team
   float* xs = AlignedScratch(split, SplitXAvx2Floats(m, k));
-  SplitXAvx2(x, m, k, xs);
+  SplitXAvx2(x, m, k, wt, xs);
   // As the portable kernel's blocks: enough to balance the threads.
   constexpr int64_t kBlock = 32;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t n0 = b * kBlock;
-    RowsAvx2Bf16(xs, m, w, n, k, bias, n0, std::min(n, n0 + kBlock), y);
+    RowsAvx2Half(xs, m, w, wt, n, k, bias, n0, std::min(n, n0 + kBlock), y);
   }
 }
 
 }  // namespace
 
-void SmallBatchLinear(const float* x, int64_t m, const void* w, bool w_bf16, int64_t n, int64_t k,
-                      const float* bias, float* y, bool allow_avx512) {
+void SmallBatchLinear(const float* x, int64_t m, const void* w, GemvWeight wt, int64_t n,
+                      int64_t k, const float* bias, float* y, bool allow_avx512) {
   TANDEM_CHECK(m >= 0 && n > 0 && k > 0);
   if (m == 0) return;
   const bool avx512 = allow_avx512 && UseAvx512();
   const bool parallel = n * k * m > (1 << 15);
-  if (w_bf16 && avx512) {
-    LinearAvx512Bf16(x, m, static_cast<const uint16_t*>(w), n, k, bias, y, parallel);
+  const bool half = wt != GemvWeight::kF32;
+  const auto* wh = static_cast<const uint16_t*>(w);
+  if (wt == GemvWeight::kBF16 && avx512) {
+    LinearAvx512Half<GemvWeight::kBF16>(x, m, wh, n, k, bias, y, parallel);
     return;
   }
-  if (w_bf16 && allow_avx512 && MaxKernelIsa() >= KernelIsa::kAvx2) {
-    LinearAvx2Bf16(x, m, static_cast<const uint16_t*>(w), n, k, bias, y, parallel);
+  if (wt == GemvWeight::kF16 && avx512) {
+    LinearAvx512Half<GemvWeight::kF16>(x, m, wh, n, k, bias, y, parallel);
+    return;
+  }
+  if (half && allow_avx512 && MaxKernelIsa() >= KernelIsa::kAvx2) {
+    LinearAvx2Half(x, m, wh, wt, n, k, bias, y, parallel);
     return;
   }
   // Blocks of weight rows: small enough to balance threads, large enough to
   // keep the per-block overhead negligible.
   // One row of x on f32 weights streams them (stream_prefetch.h).
   constexpr int64_t kRows = 32;
-  const int64_t block = m == 1 && !w_bf16 && avx512
+  const int64_t block = m == 1 && !half && avx512
                             ? StreamItemRows(n, k * static_cast<int64_t>(sizeof(float)), kRows,
                                              parallel)
                             : kRows;
@@ -580,8 +616,10 @@ void SmallBatchLinear(const float* x, int64_t m, const void* w, bool w_bf16, int
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t n0 = b * block;
     const int64_t n1 = std::min(n, n0 + block);
-    if (w_bf16) {
-      RowsPortableBf16(x, m, static_cast<const uint16_t*>(w), n, k, bias, n0, n1, y);
+    if (wt == GemvWeight::kBF16) {
+      RowsPortableBf16(x, m, wh, n, k, bias, n0, n1, y);
+    } else if (wt == GemvWeight::kF16) {
+      RowsPortableF16(x, m, wh, n, k, bias, n0, n1, y);
     } else if (avx512) {
       RowsAvx512F32(x, m, static_cast<const float*>(w), n, k, bias, n0, n1, y);
     } else {

@@ -63,7 +63,8 @@ void ConvertRowsToF32(DType t, const void* src, int64_t n, int64_t k, float* dst
 
 }  // namespace
 
-absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeType prefer) {
+absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeType prefer,
+                                                  F16Weights f16) {
   if (w.rank() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("linear weight '", w.name, "' must be 2-D, got shape ", ShapeString(w.shape)));
@@ -107,6 +108,12 @@ absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeTy
     lw.type_ = CpuHasBf16() ? ComputeType::kBF16 : ComputeType::kF32;
     lw.storage_ = WeightStorage::kBF16;
     lw.data_ = w.data;
+  } else if (w.dtype == DType::kF16 && prefer != ComputeType::kF32 &&
+             f16 == F16Weights::kInPlace && internal::F16WidenedInPlace()) {
+    // In place, widened exactly where used: the f32 result at half the bytes.
+    lw.type_ = ComputeType::kF32;
+    lw.storage_ = WeightStorage::kF16;
+    lw.data_ = w.data;
   } else if (DTypeIsQuantized(w.dtype) && prefer == ComputeType::kQuantized) {
     // Computed on the blocks in place (the int8 kernels run on any CPU).
     lw.type_ = ComputeType::kF32;
@@ -115,8 +122,9 @@ absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeTy
                                             : WeightStorage::kQ4_1;
     lw.data_ = w.data;
   } else {
-    // f16 (oneDNN 2.6 has no f16 GEMM), and bf16 and the GGUF block types
-    // when f32 compute is asked for: converted to f32 once.
+    // f16 and bf16 where no kernel here widens them (or f32 compute or an
+    // f32 copy is asked for), and the GGUF block types when f32 compute is
+    // asked for: converted to f32 once.
     lw.type_ = ComputeType::kF32;
     lw.storage_ = WeightStorage::kF32;
     lw.nbytes_ = n * k * 4;
@@ -156,21 +164,26 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
                             y);
     return;
   }
-  if (w.storage() == WeightStorage::kBF16 && !bf16) {
-    // bf16 weights computed in f32: widened in the small-batch kernel's
+  if ((w.storage() == WeightStorage::kBF16 && !bf16) || w.storage() == WeightStorage::kF16) {
+    // 16-bit weights computed in f32: widened in the small-batch kernel's
     // registers, or in panels for the f32 GEMM.
-    const auto* wb = static_cast<const uint16_t*>(w.data());
+    const auto* wh = static_cast<const uint16_t*>(w.data());
+    const internal::GemvWeight wt = w.storage() == WeightStorage::kF16
+                                        ? internal::GemvWeight::kF16
+                                        : internal::GemvWeight::kBF16;
     if (m <= internal::WidenedSmallBatchMaxRows()) {
-      internal::SmallBatchLinear(x, m, wb, /*w_bf16=*/true, w.rows(), w.cols(), bias, y);
+      internal::SmallBatchLinear(x, m, wh, wt, w.rows(), w.cols(), bias, y);
     } else {
-      internal::WidenedBf16Linear(x, m, wb, w.rows(), w.cols(), bias, y);
+      internal::WidenedLinear(x, m, wh, wt, w.rows(), w.cols(), bias, y);
     }
     return;
   }
   if (m <= internal::SmallBatchMaxRows(w.compute_type())) {
     // Decode-sized batches: stream the in-place weight once (oneDNN would
     // repack it on every call).
-    internal::SmallBatchLinear(x, m, w.data(), bf16, w.rows(), w.cols(), bias, y);
+    internal::SmallBatchLinear(x, m, w.data(),
+                               bf16 ? internal::GemvWeight::kBF16 : internal::GemvWeight::kF32,
+                               w.rows(), w.cols(), bias, y);
     return;
   }
   if (w.compute_type() == ComputeType::kF32) {
@@ -250,6 +263,8 @@ bool Bf16UsesDotKernel(int64_t m) {
 // kernel (no AVX2) read 18.6 GB/s, slower per weight than f32 copies: there
 // bf16 checkpoints are still converted.
 bool Bf16WidenedInPlace() { return MaxKernelIsa() >= KernelIsa::kAvx2; }
+
+bool F16WidenedInPlace() { return MaxKernelIsa() >= KernelIsa::kAvx2; }
 
 int64_t WidenedSmallBatchMaxRows() { return MaxKernelIsa() >= KernelIsa::kAvx512 ? 48 : 6; }
 

@@ -1,9 +1,11 @@
 // Linear layers on the CPU: y[M, N] = x[M, K] · W[N, K]^T (+ bias[N]).
 // Weights are held in the GEMM's compute dtype: bf16 where the CPU has
-// AVX512-BF16 and the checkpoint is bf16, f32 otherwise (f32/f16 checkpoints),
-// so f32 checkpoints compute exactly in f32. On AVX2 and AVX-512 CPUs
-// without AVX512-BF16, bf16 checkpoints stay bf16 in place and compute in
-// f32 on the exactly widened values (Bf16WidenedInPlace, widened_linear.h).
+// AVX512-BF16 and the checkpoint is bf16, f32 otherwise, so f32
+// checkpoints compute exactly in f32. On AVX2 and AVX-512 CPUs without
+// AVX512-BF16, bf16 checkpoints stay bf16 in place and compute in f32 on
+// the exactly widened values (Bf16WidenedInPlace, widened_linear.h); f16
+// checkpoints do the same on every CPU with AVX2 (F16WidenedInPlace), as
+// no CPU GEMM here takes f16.
 // GGUF block-quantized weights (Q8_0, Q4_0, Q4_1) stay quantized where they
 // lie unless f32 compute is asked for (then they are dequantized once, and
 // compute exactly as their dequantized values); the quantized kernels round
@@ -50,8 +52,9 @@ namespace tandem::ops {
 // The caller's wish for how weights compute:
 //   kF32        everything in f32 (quantized blocks dequantized once at load);
 //   kBF16       bf16 weights in bf16 where the CPU has AVX512-BF16 (else
-//               kept bf16 and widened where Bf16WidenedInPlace holds), the
-//               rest as kF32 (the default; a decode step gives a sequence
+//               kept bf16 and widened where Bf16WidenedInPlace holds), f16
+//               weights kept f16 and widened where F16WidenedInPlace holds,
+//               the rest as kF32 (the default; a decode step gives a sequence
 //               the same logits whoever it is batched with, within the
 //               batch classes above);
 //   kQuantized  as kBF16, and GGUF Q8_0/Q4_0/Q4_1 blocks computed in place
@@ -65,6 +68,7 @@ enum class ComputeType { kF32, kBF16, kQuantized };
 enum class WeightStorage {
   kF32,
   kBF16,
+  kF16,   // in place, computed in f32 on the widened values
   kQ8_0,  // GGUF blocks (common/quant.h), rows of K / 32 blocks, in place
   kQ4_0,
   kQ4_1,
@@ -73,6 +77,12 @@ enum class WeightStorage {
 // True if the CPU can run bf16 GEMMs (AVX512-BF16, probed at run time).
 bool CpuHasBf16();
 
+// Where an f16 checkpoint's weights live: in place, widened where they are
+// used (the default, where F16WidenedInPlace holds), or converted to f32
+// at load. A device that computes only f32 and bf16 weights (the CUDA
+// device) asks for kToF32.
+enum class F16Weights { kInPlace, kToF32 };
+
 class LinearWeight {
  public:
   // Builds from a checkpoint view of shape [N, K] (any stored dtype).
@@ -80,18 +90,23 @@ class LinearWeight {
   // converts once into an owned buffer. `prefer` is the caller's wish; bf16
   // is only used when the CPU supports it. Q8_0/Q4_0/Q4_1 views are used in
   // place (storage() says which) unless `prefer` is kF32, which dequantizes
-  // them to f32: exact f32 compute is what kF32 asks for.
-  static absl::StatusOr<LinearWeight> Create(const TensorView& w, ComputeType prefer);
+  // them to f32: exact f32 compute is what kF32 asks for. f16 views stay in
+  // place (storage kF16, compute kF32) unless `prefer` is kF32, `f16` is
+  // kToF32 or F16WidenedInPlace does not hold.
+  static absl::StatusOr<LinearWeight> Create(const TensorView& w, ComputeType prefer,
+                                             F16Weights f16 = F16Weights::kInPlace);
 
   int64_t rows() const { return n_; }  // N, output features
   int64_t cols() const { return k_; }  // K, input features
-  // kBF16 for bf16 storage, else kF32 (quantized weights accumulate in f32).
+  // kBF16 for bf16 storage on CPUs with bf16 GEMMs, else kF32 (widened
+  // 16-bit and quantized weights accumulate in f32).
   ComputeType compute_type() const { return type_; }
   WeightStorage storage() const { return storage_; }
   bool quantized() const {
-    return storage_ != WeightStorage::kF32 && storage_ != WeightStorage::kBF16;
+    return storage_ != WeightStorage::kF32 && storage_ != WeightStorage::kBF16 &&
+           storage_ != WeightStorage::kF16;
   }
-  // [N, K] in storage(): f32 or bf16 elements, or GGUF blocks. Only
+  // [N, K] in storage(): f32, bf16 or f16 elements, or GGUF blocks. Only
   // unquantized weights may be read as elements.
   const void* data() const { return data_; }
   // Bytes of the matrix data() points at (what a pass over the weight reads).
@@ -145,8 +160,12 @@ bool Bf16UsesDotKernel(int64_t m);
 // in f32 on the exactly widened values (else they are converted to f32 at
 // load): where the small-batch kernel has an AVX-512 or AVX2 path for them.
 bool Bf16WidenedInPlace();
-// The most rows of such weights the small-batch kernel takes; larger
-// batches widen panels for oneDNN's f32 GEMM (widened_linear.h). On the
+// The same for f16 weights, on CPUs with or without bf16 GEMMs (no CPU GEMM
+// here takes f16).
+bool F16WidenedInPlace();
+// The most rows of such weights (bf16 or f16) the small-batch kernel
+// takes; larger batches widen panels for oneDNN's f32 GEMM
+// (widened_linear.h). Measured for bf16; on the
 // AMD EPYC VM (4096 x 4096 cold, 2 threads, GFLOP/s, BM_Bf16SmallBatchPaths
 // paths 0 and 5):
 // with TANDEM_CPU_ISA=f32 (AVX-512) the kernel ran 282, 292 and 309 at 16,

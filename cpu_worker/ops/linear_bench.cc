@@ -65,9 +65,9 @@ TensorView View(DType t, const std::vector<uint8_t>& data) {
 
 // Linear as the engine calls it. Args: m, cold (0/1).
 void BM_Linear(benchmark::State& state, DType t) {
-  const ComputeType prefer = t == DType::kF32    ? ComputeType::kF32
-                             : t == DType::kBF16 ? ComputeType::kBF16
-                                                 : ComputeType::kQuantized;
+  const ComputeType prefer = t == DType::kF32                         ? ComputeType::kF32
+                             : t == DType::kBF16 || t == DType::kF16 ? ComputeType::kBF16
+                                                                      : ComputeType::kQuantized;
   const int64_t m = state.range(0);
   const bool cold = state.range(1) != 0;
   const int64_t bytes = DTypeBytes(t, kN * kK).value();
@@ -101,6 +101,7 @@ void BM_Linear(benchmark::State& state, DType t) {
   state.SetLabel(w[0].quantized()                             ? KernelIsaName(MaxKernelIsa())
                  : w[0].compute_type() == ComputeType::kBF16 ? "bf16"
                  : w[0].storage() == WeightStorage::kBF16    ? "bf16 widened to f32"
+                 : w[0].storage() == WeightStorage::kF16     ? "f16 widened to f32"
                                                              : "f32");
 }
 
@@ -109,6 +110,7 @@ void BM_Linear(benchmark::State& state, DType t) {
   ArgsProduct({{1, 4, 8, 12, 16, 32}, {0, 1}})->ArgNames({"m", "cold"})->UseRealTime()->MinTime(0.5)
 BENCHMARK_CAPTURE(BM_Linear, f32, DType::kF32)->TANDEM_DECODE_ARGS;
 BENCHMARK_CAPTURE(BM_Linear, bf16, DType::kBF16)->TANDEM_DECODE_ARGS;
+BENCHMARK_CAPTURE(BM_Linear, f16, DType::kF16)->TANDEM_DECODE_ARGS;
 BENCHMARK_CAPTURE(BM_Linear, q8_0, DType::kQ8_0)->TANDEM_DECODE_ARGS;
 BENCHMARK_CAPTURE(BM_Linear, q4_0, DType::kQ4_0)->TANDEM_DECODE_ARGS;
 BENCHMARK_CAPTURE(BM_Linear, q4_1, DType::kQ4_1)->TANDEM_DECODE_ARGS;
@@ -118,6 +120,7 @@ BENCHMARK_CAPTURE(BM_Linear, q4_1, DType::kQ4_1)->TANDEM_DECODE_ARGS;
   ArgsProduct({{64, 512}, {0}})->ArgNames({"m", "cold"})->UseRealTime()->MinTime(0.5)
 BENCHMARK_CAPTURE(BM_Linear, f32, DType::kF32)->TANDEM_PREFILL_ARGS;
 BENCHMARK_CAPTURE(BM_Linear, bf16, DType::kBF16)->TANDEM_PREFILL_ARGS;
+BENCHMARK_CAPTURE(BM_Linear, f16, DType::kF16)->TANDEM_PREFILL_ARGS;
 BENCHMARK_CAPTURE(BM_Linear, q8_0, DType::kQ8_0)->TANDEM_PREFILL_ARGS;
 BENCHMARK_CAPTURE(BM_Linear, q4_0, DType::kQ4_0)->TANDEM_PREFILL_ARGS;
 
@@ -254,10 +257,11 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
   for (auto _ : state) {
     const void* wp = w[next].data();
     if (path == 0) {
-      internal::SmallBatchLinear(x.data(), m, wp, /*w_bf16=*/true, kN, kK, nullptr, y.data());
+      internal::SmallBatchLinear(x.data(), m, wp, internal::GemvWeight::kBF16, kN, kK, nullptr,
+                                 y.data());
     } else if (path == 5) {
-      internal::WidenedBf16Linear(x.data(), m, static_cast<const uint16_t*>(wp), kN, kK, nullptr,
-                                  y.data());
+      internal::WidenedLinear(x.data(), m, static_cast<const uint16_t*>(wp),
+                              internal::GemvWeight::kBF16, kN, kK, nullptr, y.data());
     } else if (path == 4) {
       internal::Bf16DotLinear(x.data(), m, static_cast<const uint16_t*>(wp), kN, kK, nullptr,
                               y.data());

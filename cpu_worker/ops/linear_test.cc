@@ -50,32 +50,99 @@ TensorView View(DType t, std::vector<int64_t> shape, const void* data, int64_t n
   return v;
 }
 
-// Compares y against a double-accumulated reference on the given f32 inputs.
-// The allowed error of each element scales with sum_l |x_il * w_jl|, the
-// magnitude the accumulation works at.
-void ExpectClose(const std::vector<float>& x, int64_t m, const std::vector<float>& w, int64_t n,
-                 int64_t k, const float* bias, const std::vector<float>& y, double rel_tol,
-                 const std::string& what) {
-  std::vector<float> ref(static_cast<size_t>(m * n));
-  ReferenceLinear(x.data(), m, w.data(), n, k, bias, ref.data());
-  int failures = 0;
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double mag = bias != nullptr ? std::fabs(bias[j]) : 0.0;
-      for (int64_t l = 0; l < k; ++l) mag += std::fabs(double{x[i * k + l]} * w[j * k + l]);
-      const double err = std::fabs(double{y[i * n + j]} - ref[i * n + j]);
-      if (err > rel_tol * mag + 1e-30 && failures++ < 5) {
-        ADD_FAILURE() << what << ": y[" << i << ", " << j << "] = " << y[i * n + j]
-                      << ", reference " << ref[i * n + j] << ", error " << err << " > " << rel_tol
-                      << " * " << mag;
+// A double-accumulated reference on the given f32 inputs, computed once
+// and compared with any number of outputs. The allowed error of each
+// element scales with sum_l |x_il * w_jl|, the magnitude the accumulation
+// works at.
+class Reference {
+ public:
+  Reference(const std::vector<float>& x, int64_t m, const std::vector<float>& w, int64_t n,
+            int64_t k, const float* bias)
+      : m_(m), n_(n), ref_(static_cast<size_t>(m * n)), mag_(static_cast<size_t>(m * n)) {
+    ReferenceLinear(x.data(), m, w.data(), n, k, bias, ref_.data());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double mag = bias != nullptr ? std::fabs(bias[j]) : 0.0;
+        for (int64_t l = 0; l < k; ++l) mag += std::fabs(double{x[i * k + l]} * w[j * k + l]);
+        mag_[static_cast<size_t>(i * n + j)] = mag;
       }
     }
   }
+
+  void Expect(const std::vector<float>& y, double rel_tol, const std::string& what) const {
+    int failures = 0;
+    for (int64_t i = 0; i < m_ * n_; ++i) {
+      const auto e = static_cast<size_t>(i);
+      const double err = std::fabs(double{y[e]} - ref_[e]);
+      if (err > rel_tol * mag_[e] + 1e-30 && failures++ < 5) {
+        ADD_FAILURE() << what << ": y[" << i / n_ << ", " << i % n_ << "] = " << y[e]
+                      << ", reference " << ref_[e] << ", error " << err << " > " << rel_tol
+                      << " * " << mag_[e];
+      }
+    }
+  }
+
+ private:
+  int64_t m_, n_;
+  std::vector<float> ref_;
+  std::vector<double> mag_;
+};
+
+void ExpectClose(const std::vector<float>& x, int64_t m, const std::vector<float>& w, int64_t n,
+                 int64_t k, const float* bias, const std::vector<float>& y, double rel_tol,
+                 const std::string& what) {
+  Reference(x, m, w, n, k, bias).Expect(y, rel_tol, what);
 }
 
 struct Shape {
   int64_t m, n, k;
 };
+
+constexpr internal::GemvWeight kGemvWeights[] = {
+    internal::GemvWeight::kF32, internal::GemvWeight::kBF16, internal::GemvWeight::kF16};
+
+const char* GemvWeightName(internal::GemvWeight wt) {
+  return wt == internal::GemvWeight::kF32    ? "f32"
+         : wt == internal::GemvWeight::kBF16 ? "bf16"
+                                             : "f16";
+}
+
+// A weight in both storages: f32 values exactly representable in bf16. And
+// an f16 weight of its own, with f16's full precision (values bf16 could
+// hold would leave the low mantissa bits of every f16 untested).
+struct TestWeight {
+  std::vector<uint16_t> bf16;  // [n, k]
+  std::vector<float> f32;      // [n, k], the same values
+  std::vector<uint16_t> f16;   // [n, k]
+  std::vector<float> f16_f32;  // [n, k], the f16 values as f32
+
+  // The weight the kernels read for `wt`, and its values.
+  const void* Data(internal::GemvWeight wt) const {
+    return wt == internal::GemvWeight::kF32    ? static_cast<const void*>(f32.data())
+           : wt == internal::GemvWeight::kBF16 ? static_cast<const void*>(bf16.data())
+                                               : static_cast<const void*>(f16.data());
+  }
+  const std::vector<float>& Values(internal::GemvWeight wt) const {
+    return wt == internal::GemvWeight::kF16 ? f16_f32 : f32;
+  }
+};
+
+TestWeight RandomWeight(std::mt19937& rng, int64_t n, int64_t k) {
+  TestWeight w;
+  w.f32 = RandomVec(rng, n * k);
+  w.bf16.resize(w.f32.size());
+  for (size_t i = 0; i < w.f32.size(); ++i) {
+    w.bf16[i] = F32ToBf16(w.f32[i]);
+    w.f32[i] = Bf16ToF32(w.bf16[i]);
+  }
+  w.f16_f32 = RandomVec(rng, n * k);
+  w.f16.resize(w.f16_f32.size());
+  for (size_t i = 0; i < w.f16_f32.size(); ++i) {
+    w.f16[i] = F32ToF16(w.f16_f32[i]);
+    w.f16_f32[i] = F16ToF32(w.f16[i]);
+  }
+  return w;
+}
 
 // {5, 64, 96}, {2, 33, 64} and {24, 70, 512} take the AMX kernel where it
 // is usable.
@@ -137,19 +204,14 @@ TEST(LinearTest, Bf16MatchesReference) {
       const std::string what =
           absl::StrCat("bf16 m=", s.m, " n=", s.n, " k=", s.k, with_bias ? " bias" : "");
       auto x = RandomVec(rng, s.m * s.k);
-      auto wf = RandomVec(rng, s.n * s.k);
+      const TestWeight w = RandomWeight(rng, s.n, s.k);
+      const std::vector<float>& w_rounded = w.f32;  // the bf16 weights as f32
       auto b = RandomVec(rng, s.n);
-      std::vector<uint16_t> wb(wf.size());
-      std::vector<float> w_rounded(wf.size());  // the bf16 weights as f32
-      for (size_t i = 0; i < wf.size(); ++i) {
-        wb[i] = F32ToBf16(wf[i]);
-        w_rounded[i] = Bf16ToF32(wb[i]);
-      }
-      auto lw = LinearWeight::Create(View(DType::kBF16, {s.n, s.k}, wb.data(), s.n * s.k * 2),
+      auto lw = LinearWeight::Create(View(DType::kBF16, {s.n, s.k}, w.bf16.data(), s.n * s.k * 2),
                                      ComputeType::kBF16);
       ASSERT_TRUE(lw.ok()) << lw.status();
       ASSERT_EQ(lw->compute_type(), widened ? ComputeType::kF32 : ComputeType::kBF16);
-      EXPECT_EQ(lw->data(), wb.data()) << "bf16 weights are used in place";
+      EXPECT_EQ(lw->data(), w.bf16.data()) << "bf16 weights are used in place";
       EXPECT_EQ(lw->storage(), WeightStorage::kBF16);
       EXPECT_EQ(lw->nbytes(), s.n * s.k * 2);
       std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
@@ -200,10 +262,49 @@ TEST(LinearTest, Bf16CheckpointConvertedWhenF32Preferred) {
   ExpectClose(x, m, w_rounded, n, k, nullptr, y, 1e-5, "bf16 checkpoint, f32 compute");
 }
 
+// f16 weights stay where they lie on CPUs with AVX2 (the isa_scalar/ run
+// converts them) and compute in f32 on the exactly widened values, through
+// the small-batch kernel and the widened panels; f32 compute or an f32 copy
+// asked for converts them at load.
+TEST(LinearTest, F16MatchesReference) {
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  for (const Shape& s : kShapes) {
+    for (bool with_bias : {false, true}) {
+      const std::string what =
+          absl::StrCat("f16 m=", s.m, " n=", s.n, " k=", s.k, with_bias ? " bias" : "");
+      auto x = RandomVec(rng, s.m * s.k);
+      const TestWeight w = RandomWeight(rng, s.n, s.k);
+      auto b = RandomVec(rng, s.n);
+      const TensorView v = View(DType::kF16, {s.n, s.k}, w.f16.data(), s.n * s.k * 2);
+      const float* bias = with_bias ? b.data() : nullptr;
+      for (ComputeType prefer : {ComputeType::kBF16, ComputeType::kQuantized, ComputeType::kF32}) {
+        for (F16Weights f16 : {F16Weights::kInPlace, F16Weights::kToF32}) {
+          auto lw = LinearWeight::Create(v, prefer, f16);
+          ASSERT_TRUE(lw.ok()) << lw.status();
+          const bool in_place = prefer != ComputeType::kF32 && f16 == F16Weights::kInPlace &&
+                                internal::F16WidenedInPlace();
+          ASSERT_EQ(lw->compute_type(), ComputeType::kF32);
+          ASSERT_EQ(lw->storage(), in_place ? WeightStorage::kF16 : WeightStorage::kF32);
+          EXPECT_EQ(lw->data() == w.f16.data(), in_place);
+          EXPECT_EQ(lw->nbytes(), s.n * s.k * (in_place ? 2 : 4));
+          EXPECT_FALSE(lw->quantized());
+          std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
+          Linear(x.data(), s.m, *lw, bias, y.data());
+          ExpectClose(x, s.m, w.f16_f32, s.n, s.k, bias, y, 1e-5,
+                      absl::StrCat(what, in_place ? " in place" : " converted"));
+        }
+      }
+    }
+  }
+}
+
 // Every stored dtype that is not the compute dtype is converted once at
 // load; the GEMM then matches the reference on the converted f32 weights.
 // (GGUF block types are converted when f32 compute is asked for; otherwise
-// they stay quantized: quant_linear_test.cc.)
+// they stay quantized: quant_linear_test.cc. f16 is converted where it is
+// not kept in place: F16MatchesReference.)
 class LinearConvertedTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(LinearConvertedTest, MatchesReferenceOnDequantizedWeights) {
@@ -234,6 +335,7 @@ TEST_P(LinearConvertedTest, MatchesReferenceOnDequantizedWeights) {
         EXPECT_EQ(lw->data(), static_cast<const void*>(stored.data()));
         continue;
       }
+      if (t == DType::kF16 && lw->storage() == WeightStorage::kF16) continue;
       ASSERT_EQ(lw->compute_type(), ComputeType::kF32);
       ASSERT_EQ(lw->storage(), WeightStorage::kF32);
       EXPECT_EQ(lw->nbytes(), s.n * s.k * 4);
@@ -262,33 +364,41 @@ TEST(LinearTest, SmallBatchKernelAndSwitchover) {
   std::mt19937 rng(seed);
   for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 70}, {8, 16}, {13, 1}, {64, 33}}) {
     auto wf = RandomVec(rng, n * k);
-    std::vector<uint16_t> wb(wf.size());
-    std::vector<float> w_rounded(wf.size());
+    std::vector<uint16_t> wb(wf.size()), wh(wf.size());
+    std::vector<float> w_rounded(wf.size()), wh_rounded(wf.size());
     for (size_t i = 0; i < wf.size(); ++i) {
       wb[i] = F32ToBf16(wf[i]);
       w_rounded[i] = Bf16ToF32(wb[i]);
+      wh[i] = F32ToF16(wf[i]);
+      wh_rounded[i] = F16ToF32(wh[i]);
     }
     auto b = RandomVec(rng, n);
     auto lw32 =
         LinearWeight::Create(View(DType::kF32, {n, k}, wf.data(), n * k * 4), ComputeType::kF32);
     auto lw16 =
         LinearWeight::Create(View(DType::kBF16, {n, k}, wb.data(), n * k * 2), ComputeType::kBF16);
-    ASSERT_TRUE(lw32.ok() && lw16.ok());
+    auto lwh =
+        LinearWeight::Create(View(DType::kF16, {n, k}, wh.data(), n * k * 2), ComputeType::kBF16);
+    ASSERT_TRUE(lw32.ok() && lw16.ok() && lwh.ok());
     for (int64_t m = 1; m <= 17; ++m) {
       const std::string what = absl::StrCat("m=", m, " n=", n, " k=", k);
       auto x = RandomVec(rng, m * k);
       std::vector<float> y(static_cast<size_t>(m * n));
       Linear(x.data(), m, *lw32, b.data(), y.data());
       ExpectClose(x, m, wf, n, k, b.data(), y, 1e-5, absl::StrCat(what, " f32 Linear"));
-      for (bool w_bf16 : {false, true}) {
+      for (internal::GemvWeight wt : kGemvWeights) {
+        const void* wp = wt == internal::GemvWeight::kF32    ? static_cast<const void*>(wf.data())
+                         : wt == internal::GemvWeight::kBF16 ? static_cast<const void*>(wb.data())
+                                                             : static_cast<const void*>(wh.data());
         for (bool avx512 : {true, false}) {
           std::fill(y.begin(), y.end(), NAN);
-          internal::SmallBatchLinear(
-              x.data(), m,
-              w_bf16 ? static_cast<const void*>(wb.data()) : static_cast<const void*>(wf.data()),
-              w_bf16, n, k, b.data(), y.data(), avx512);
-          ExpectClose(x, m, w_bf16 ? w_rounded : wf, n, k, b.data(), y, 1e-5,
-                      absl::StrCat(what, w_bf16 ? " bf16" : " f32", " small-batch kernel",
+          internal::SmallBatchLinear(x.data(), m, wp, wt, n, k, b.data(), y.data(), avx512);
+          ExpectClose(x, m,
+                      wt == internal::GemvWeight::kF32    ? wf
+                      : wt == internal::GemvWeight::kBF16 ? w_rounded
+                                                          : wh_rounded,
+                      n, k, b.data(), y, 1e-5,
+                      absl::StrCat(what, " ", GemvWeightName(wt), " small-batch kernel",
                                    avx512 ? "" : " (portable)"));
         }
       }
@@ -300,31 +410,17 @@ TEST(LinearTest, SmallBatchKernelAndSwitchover) {
         ExpectClose(x, m, w_rounded, n, k, b.data(), y, 1e-5,
                     absl::StrCat(what, " bf16 widened Linear"));
       }
+      std::fill(y.begin(), y.end(), NAN);
+      Linear(x.data(), m, *lwh, b.data(), y.data());
+      ExpectClose(x, m, wh_rounded, n, k, b.data(), y, 1e-5, absl::StrCat(what, " f16 Linear"));
     }
   }
-}
-
-// A weight in both storages: f32 values exactly representable in bf16.
-struct TestWeight {
-  std::vector<uint16_t> bf16;  // [n, k]
-  std::vector<float> f32;      // [n, k], the same values
-};
-
-TestWeight RandomWeight(std::mt19937& rng, int64_t n, int64_t k) {
-  TestWeight w;
-  w.f32 = RandomVec(rng, n * k);
-  w.bf16.resize(w.f32.size());
-  for (size_t i = 0; i < w.f32.size(); ++i) {
-    w.bf16[i] = F32ToBf16(w.f32[i]);
-    w.f32[i] = Bf16ToF32(w.bf16[i]);
-  }
-  return w;
 }
 
 // The f32 GEMM on widened panels, on any CPU: one panel (bias in the GEMM),
 // several with a partial last one (bias added after), and panels of a
 // single row, at batch sizes on both sides of the small-batch kernel's.
-TEST(LinearTest, WidenedBf16PanelsMatchReference) {
+TEST(LinearTest, WidenedPanelsMatchReference) {
   const uint32_t seed = FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed ", seed));
   std::mt19937 rng(seed);
@@ -333,14 +429,17 @@ TEST(LinearTest, WidenedBf16PanelsMatchReference) {
     const auto b = RandomVec(rng, n);
     for (int64_t m : {1, 9, 49, 70}) {
       const auto x = RandomVec(rng, m * k);
-      for (int64_t panel : {0, 7, 1}) {
-        for (bool with_bias : {false, true}) {
-          const float* bias = with_bias ? b.data() : nullptr;
-          std::vector<float> y(static_cast<size_t>(m * n), NAN);
-          internal::WidenedBf16Linear(x.data(), m, w.bf16.data(), n, k, bias, y.data(), panel);
-          ExpectClose(x, m, w.f32, n, k, bias, y, 1e-5,
-                      absl::StrCat("m=", m, " n=", n, " k=", k, " panel rows ", panel,
-                                   with_bias ? " bias" : ""));
+      for (internal::GemvWeight wt : {internal::GemvWeight::kBF16, internal::GemvWeight::kF16}) {
+        for (int64_t panel : {0, 7, 1}) {
+          for (bool with_bias : {false, true}) {
+            const float* bias = with_bias ? b.data() : nullptr;
+            std::vector<float> y(static_cast<size_t>(m * n), NAN);
+            internal::WidenedLinear(x.data(), m, static_cast<const uint16_t*>(w.Data(wt)), wt, n,
+                                    k, bias, y.data(), panel);
+            ExpectClose(x, m, w.Values(wt), n, k, bias, y, 1e-5,
+                        absl::StrCat(GemvWeightName(wt), " m=", m, " n=", n, " k=", k,
+                                     " panel rows ", panel, with_bias ? " bias" : ""));
+          }
         }
       }
     }
@@ -370,17 +469,15 @@ TEST(LinearTest, SmallBatchKernelsMatchReference) {
     for (int64_t m = 1; m <= max_m; ++m) {
       const auto x = RandomVec(rng, m * k);
       std::vector<float> y(static_cast<size_t>(m * n));
-      for (bool w_bf16 : {true, false}) {
-        for (bool avx512 : {true, false}) {
-          for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
+      for (internal::GemvWeight wt : kGemvWeights) {
+        for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
+          const Reference ref(x, m, w.Values(wt), n, k, bias);
+          for (bool avx512 : {true, false}) {
             std::fill(y.begin(), y.end(), NAN);
-            internal::SmallBatchLinear(x.data(), m,
-                                       w_bf16 ? static_cast<const void*>(w.bf16.data())
-                                              : static_cast<const void*>(w.f32.data()),
-                                       w_bf16, n, k, bias, y.data(), avx512);
-            ExpectClose(x, m, w.f32, n, k, bias, y, 1e-5,
-                        absl::StrCat("m=", m, " n=", n, " k=", k, w_bf16 ? " bf16" : " f32",
-                                     avx512 ? "" : " portable", bias ? " bias" : ""));
+            internal::SmallBatchLinear(x.data(), m, w.Data(wt), wt, n, k, bias, y.data(), avx512);
+            ref.Expect(y, 1e-5,
+                       absl::StrCat("m=", m, " n=", n, " k=", k, " ", GemvWeightName(wt),
+                                    avx512 ? "" : " portable", bias ? " bias" : ""));
           }
         }
       }
@@ -432,7 +529,9 @@ TEST(LinearTest, RowResultDoesNotDependOnBatch) {
         LinearWeight::Create(View(DType::kF32, {n, k}, w.f32.data(), n * k * 4), ComputeType::kF32);
     auto lw16 = LinearWeight::Create(View(DType::kBF16, {n, k}, w.bf16.data(), n * k * 2),
                                      ComputeType::kBF16);
-    ASSERT_TRUE(lw32.ok() && lw16.ok());
+    auto lwh = LinearWeight::Create(View(DType::kF16, {n, k}, w.f16.data(), n * k * 2),
+                                    ComputeType::kBF16);
+    ASSERT_TRUE(lw32.ok() && lw16.ok() && lwh.ok());
     // One way of computing a batch, and the batch sizes [lo, hi] it gives a
     // row the same result for.
     struct Path {
@@ -441,14 +540,13 @@ TEST(LinearTest, RowResultDoesNotDependOnBatch) {
       std::function<void(const float*, int64_t, float*)> run;
     };
     std::vector<Path> paths;
-    for (bool w_bf16 : {true, false}) {
-      const void* wp =
-          w_bf16 ? static_cast<const void*>(w.bf16.data()) : static_cast<const void*>(w.f32.data());
+    for (internal::GemvWeight wt : kGemvWeights) {
+      const void* wp = w.Data(wt);
       for (bool avx512 : {true, false}) {
         paths.push_back(
-            {absl::StrCat(w_bf16 ? "bf16" : "f32", " kernel", avx512 ? "" : " portable"), 1, 16,
+            {absl::StrCat(GemvWeightName(wt), " kernel", avx512 ? "" : " portable"), 1, 16,
              [=, &b](const float* x, int64_t m, float* y) {
-               internal::SmallBatchLinear(x, m, wp, w_bf16, n, k, b.data(), y, avx512);
+               internal::SmallBatchLinear(x, m, wp, wt, n, k, b.data(), y, avx512);
              }});
       }
     }
@@ -458,12 +556,13 @@ TEST(LinearTest, RowResultDoesNotDependOnBatch) {
                          internal::Bf16DotLinear(x, m, w.bf16.data(), n, k, b.data(), y);
                        }});
     }
-    for (const LinearWeight* lw : {&*lw32, &*lw16}) {
+    for (const LinearWeight* lw : {&*lw32, &*lw16, &*lwh}) {
       const ComputeType t = lw->compute_type();
       const int64_t small = internal::SmallBatchMaxRows(t);
       std::vector<std::pair<int64_t, int64_t>> classes = {{1, small}};
-      if (t == ComputeType::kF32 && lw->storage() == WeightStorage::kBF16) {
-        // Widened bf16 (no bf16 GEMMs): the small-batch kernel.
+      if (t == ComputeType::kF32 && (lw->storage() == WeightStorage::kBF16 ||
+                                     lw->storage() == WeightStorage::kF16)) {
+        // Widened bf16 (no bf16 GEMMs) or f16: the small-batch kernel.
         classes = {{1, internal::WidenedSmallBatchMaxRows()}};
       } else if (t == ComputeType::kBF16 && internal::Bf16UsesAmxKernel(2, k)) {
         // One row alone on the small-batch kernel, 2-32 on the AMX kernel.
@@ -479,8 +578,9 @@ TEST(LinearTest, RowResultDoesNotDependOnBatch) {
       for (const auto& [lo, hi] : classes) {
         paths.push_back(
             {absl::StrCat("Linear ", t == ComputeType::kBF16 ? "bf16" : "f32",
-                          lw->storage() == WeightStorage::kBF16 ? " (bf16 storage)"
-                                                                : " (f32 storage)"),
+                          lw->storage() == WeightStorage::kBF16  ? " (bf16 storage)"
+                          : lw->storage() == WeightStorage::kF16 ? " (f16 storage)"
+                                                                 : " (f32 storage)"),
              lo, hi,
              [lw, &b](const float* x, int64_t m, float* y) { Linear(x, m, *lw, b.data(), y); }});
       }
@@ -646,8 +746,8 @@ TEST(StreamPrefetchTest, FollowsVendorAndEnvironment) {
   EXPECT_STREQ(PrefetchLevelName(PrefetchLevel::kL2), "l2");
 }
 
-// The bf16 kernel's direct path (1-4 rows of x, the one whose prefetch level
-// is chosen at run time) against the reference, with and without bias.
+// The 16-bit kernels' direct path (1-4 rows of x, the one whose prefetch
+// level is chosen at run time) against the reference, with and without bias.
 TEST(StreamPrefetchTest, DirectBf16KernelMatchesReference) {
   const uint32_t seed = FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed ", seed, " prefetch ", PrefetchLevelName(StreamPrefetchLevel())));
@@ -658,12 +758,14 @@ TEST(StreamPrefetchTest, DirectBf16KernelMatchesReference) {
     for (int64_t m = 1; m <= 4; ++m) {
       const auto x = RandomVec(rng, m * k);
       std::vector<float> y(static_cast<size_t>(m * n));
-      for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
-        std::fill(y.begin(), y.end(), NAN);
-        internal::SmallBatchLinear(x.data(), m, w.bf16.data(), /*w_bf16=*/true, n, k, bias,
-                                   y.data());
-        ExpectClose(x, m, w.f32, n, k, bias, y, 1e-5,
-                    absl::StrCat("m=", m, " n=", n, " k=", k, bias ? " bias" : ""));
+      for (internal::GemvWeight wt : {internal::GemvWeight::kBF16, internal::GemvWeight::kF16}) {
+        for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
+          std::fill(y.begin(), y.end(), NAN);
+          internal::SmallBatchLinear(x.data(), m, w.Data(wt), wt, n, k, bias, y.data());
+          ExpectClose(x, m, w.Values(wt), n, k, bias, y, 1e-5,
+                      absl::StrCat(GemvWeightName(wt), " m=", m, " n=", n, " k=", k,
+                                   bias ? " bias" : ""));
+        }
       }
     }
   }

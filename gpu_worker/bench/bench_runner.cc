@@ -162,10 +162,14 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(r.model.costs,
                           ComputeModelCosts(engine->checkpoint(), engine->weights()));
   const std::string& st = r.model.costs.weight_storage;
-  r.model.compute = st == "bf16" || st == "f32"
-                         ? st
-                         : absl::StrCat("int8 kernels in decode up to ", perf::Int8KernelMaxRows(),
-                                        " rows, dequantized to bf16 above and in prefill");
+  if (st == "bf16" || st == "f32") {
+    r.model.compute = st;
+  } else if (st == "f16") {
+    r.model.compute = "f16 widened to f32";
+  } else {
+    r.model.compute = absl::StrCat("int8 kernels in decode up to ", perf::Int8KernelMaxRows(),
+                                   " rows, dequantized to bf16 above and in prefill");
+  }
   if (r.model.config.is_moe()) {
     usage = std::make_unique<ExpertUsage>(r.model.config.num_experts);
     engine->SetExpertOffload(usage.get());

@@ -58,13 +58,13 @@ absl::StatusOr<std::vector<double>> SampledRuns(
 }
 
 bool Quantized(const ModelCosts& c) {
-  return c.weight_storage != "f32" && c.weight_storage != "bf16";
+  return c.weight_storage != "f32" && c.weight_storage != "bf16" && c.weight_storage != "f16";
 }
 
 // Prefill of quantized weights dequantizes panels for oneDNN's GEMM, in
-// bf16 where the CPU has it.
+// bf16 where the CPU has it; f16 weights widen panels to f32.
 PeakKind PrefillPeak(const ModelCosts& c) {
-  if (c.weight_storage == "f32") return PeakKind::kF32;
+  if (c.weight_storage == "f32" || c.weight_storage == "f16") return PeakKind::kF32;
   if (c.weight_storage == "bf16" || ops::CpuHasBf16()) return PeakKind::kBF16;
   return PeakKind::kF32;
 }

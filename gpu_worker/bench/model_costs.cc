@@ -28,6 +28,8 @@ const char* StorageName(ops::WeightStorage s) {
       return "f32";
     case ops::WeightStorage::kBF16:
       return "bf16";
+    case ops::WeightStorage::kF16:
+      return "f16";
     case ops::WeightStorage::kQ8_0:
       return "q8_0";
     case ops::WeightStorage::kQ4_0:

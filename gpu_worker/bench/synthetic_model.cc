@@ -182,9 +182,10 @@ SyntheticModelSpec MoeSpec() {
 }
 
 absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& s) {
-  if (s.dtype != DType::kF32 && s.dtype != DType::kBF16 && s.dtype != DType::kQ8_0 &&
-      s.dtype != DType::kQ4_0) {
-    return absl::InvalidArgumentError("synthetic model: dtype must be f32, bf16, q8_0 or q4_0");
+  if (s.dtype != DType::kF32 && s.dtype != DType::kBF16 && s.dtype != DType::kF16 &&
+      s.dtype != DType::kQ8_0 && s.dtype != DType::kQ4_0) {
+    return absl::InvalidArgumentError(
+        "synthetic model: dtype must be f32, bf16, f16, q8_0 or q4_0");
   }
   if (s.num_heads <= 0 || s.hidden_size <= 0 || s.hidden_size % s.num_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("synthetic model: ", s.num_heads,
@@ -235,7 +236,9 @@ absl::StatusOr<std::string> WriteSyntheticModel(const SyntheticModelSpec& s,
     return path;
   }
   nlohmann::json config = testing::HfConfigJson(c);
-  config["torch_dtype"] = s.dtype == DType::kF32 ? "float32" : "bfloat16";
+  config["torch_dtype"] = s.dtype == DType::kF32   ? "float32"
+                          : s.dtype == DType::kF16 ? "float16"
+                                                   : "bfloat16";
   TANDEM_RETURN_IF_ERROR(testing::WriteFileBytes(dir + "/config.json", config.dump(2)));
   TANDEM_RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", entries));
   TANDEM_RETURN_IF_ERROR(DropFromPageCache(dir + "/model.safetensors"));

@@ -1,6 +1,6 @@
 // Random checkpoints of a chosen shape for `tandem bench --synthetic`: a
 // llama-architecture dense model or a mixtral-architecture MoE, written as a
-// Hugging Face directory (f32, bf16) or a GGUF file (q8_0, q4_0) so that the
+// Hugging Face directory (f32, bf16, f16) or a GGUF file (q8_0, q4_0) so that the
 // engine loads them exactly as it loads a real model. Throughput does not
 // depend on the values, only on shapes and dtypes; the values are scaled so
 // that activations stay finite (no NaN/Inf paths in the kernels).
@@ -31,7 +31,7 @@ struct SyntheticModelSpec {
   int64_t vocab_size = 0;
   int64_t num_experts = 0;  // MoE only
   int64_t experts_per_tok = 0;
-  DType dtype = DType::kBF16;  // kF32, kBF16 (HF directory), kQ8_0, kQ4_0 (GGUF)
+  DType dtype = DType::kBF16;  // kF32, kBF16, kF16 (HF directory), kQ8_0, kQ4_0 (GGUF)
   uint32_t seed = 1;
 };
 

@@ -40,14 +40,14 @@ TEST(SyntheticModelTest, RejectsBadShapes) {
   s = Tiny(false, DType::kQ8_0);
   s.intermediate_size = 100;  // not a whole number of 32-element blocks
   EXPECT_FALSE(SyntheticConfig(s).ok());
-  s = Tiny(false, DType::kF16);
+  s = Tiny(false, DType::kQ4_1);  // not one of the synthetic dtypes
   EXPECT_FALSE(SyntheticConfig(s).ok());
 }
 
 TEST(SyntheticModelTest, EveryDtypeOpensAndTheDirectoryIsRemoved) {
   std::string where;
   for (bool moe : {false, true}) {
-    for (DType dt : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
       SCOPED_TRACE(std::string(DTypeName(dt)) + (moe ? " moe" : " dense"));
       auto dir = ScratchDir::Create("synthetic_model_test");
       ASSERT_TRUE(dir.ok()) << dir.status();

@@ -51,6 +51,7 @@ DType StorageDType(ops::WeightStorage s) {
   switch (s) {
     case ops::WeightStorage::kF32: return DType::kF32;
     case ops::WeightStorage::kBF16: return DType::kBF16;
+    case ops::WeightStorage::kF16: return DType::kF16;
     case ops::WeightStorage::kQ8_0: return DType::kQ8_0;
     case ops::WeightStorage::kQ4_0: return DType::kQ4_0;
     case ops::WeightStorage::kQ4_1: return DType::kQ4_1;
@@ -157,6 +158,15 @@ absl::Status CudaDevice::AddLinear(const ops::LinearWeight& w) {
     TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(d.data.data(), w.data(),
                                            static_cast<size_t>(w.nbytes()),
                                            cudaMemcpyHostToDevice));
+  } else if (w.storage() == ops::WeightStorage::kF16) {
+    // f16 has no GEMM here: widened to f32 (exact), as the engine's own
+    // f16 weights are for this device (ops::F16Weights::kToF32).
+    d.type = ActType::kF32;
+    std::vector<float> f(elems);
+    ConvertToF32(DType::kF16, w.data(), static_cast<int64_t>(elems), f.data());
+    TANDEM_ASSIGN_OR_RETURN(d.data, DeviceBuffer::Allocate(elems * 4));
+    TANDEM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(d.data.data(), f.data(), elems * 4, cudaMemcpyHostToDevice));
   } else {
     // GGUF blocks: dequantized row by row, rounded to bf16.
     d.type = ActType::kBF16;
@@ -298,9 +308,10 @@ absl::StatusOr<CudaDevice::LinearView> CudaDevice::Find(const ops::LinearWeight&
     return absl::InvalidArgumentError(absl::StrCat(
         name(), ": a [", w.rows(), ", ", w.cols(), "] weight that Prepare did not copy"));
   }
-  if (w.quantized()) {
-    return absl::UnimplementedError(
-        absl::StrCat(name(), ": a staged weight in GGUF blocks (only bf16 and f32 run in place)"));
+  if (w.quantized() || w.storage() == ops::WeightStorage::kF16) {
+    return absl::UnimplementedError(absl::StrCat(
+        name(), ": a staged weight in ", w.quantized() ? "GGUF blocks" : "f16",
+        " (only bf16 and f32 run in place)"));
   }
   return LinearView{w.data(),
                     w.storage() == ops::WeightStorage::kF32 ? ActType::kF32 : ActType::kBF16,

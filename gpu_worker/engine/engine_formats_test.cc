@@ -2,7 +2,8 @@
 // Hugging Face directory (rotate-half RoPE, per-expert tensors) and a GGUF file
 // (llama.cpp's permuted q/k rows with interleaved RoPE for llama-arch models,
 // stacked 3-D expert tensors), for every architecture. And quantized GGUF
-// weights compute exactly as their dequantized values.
+// weights compute exactly as their dequantized values, f16 weights as
+// their f32 values.
 #include <cmath>
 #include <random>
 #include <string>
@@ -11,6 +12,7 @@
 #include "common/checkpoint.h"
 #include "common/testing/checkpoint_writer.h"
 #include "common/testing/tiny_models.h"
+#include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/rope.h"
 #include "gpu_worker/engine/engine.h"
 #include "gpu_worker/engine/testing/engine_test_util.h"
@@ -22,18 +24,23 @@ namespace {
 using testing::GgufTensorOptions;
 using testing::HfTensorOptions;
 
+// `storage`, if given, receives how the engine holds the first layer's q
+// projection.
 std::vector<float> AllLogits(const std::string& path,
-                             const std::vector<int32_t>& prompt) {
+                             const std::vector<int32_t>& prompt,
+                             ops::ComputeType compute = ops::ComputeType::kF32,
+                             ops::WeightStorage* storage = nullptr) {
   auto ckpt = Checkpoint::Open(path);
   EXPECT_TRUE(ckpt.ok()) << ckpt.status();
   if (!ckpt.ok()) return {};
   EngineOptions o;
   o.max_context = 128;
   o.max_sequences = 1;
-  o.compute = ops::ComputeType::kF32;
+  o.compute = compute;
   auto engine = Engine::Create(std::move(*ckpt), o);
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok()) return {};
+  if (storage != nullptr) *storage = (*engine)->weights().layers[0].q.storage();
   SequenceChunk chunk{0, prompt, 0, true};
   auto r = (*engine)->Step({chunk});
   EXPECT_TRUE(r.ok()) << r.status();
@@ -107,6 +114,51 @@ TEST_P(EngineFormats, QuantizedGgufComputesAsDequantized) {
                                         AllLogits(fpath, prompt_)),
               1e-6)
         << DTypeName(q) << " seed " << seed_;
+  }
+}
+
+// f16 weights, in a Hugging Face float16 directory and in a GGUF F16 file,
+// compute as exactly their f32 values: in place, widened where they are
+// used, where the CPU has AVX2 (else converted at load); only the order of
+// f32 sums differs from the f32 checkpoint's.
+TEST_P(EngineFormats, F16ComputesAsItsF32Values) {
+  const auto widened = [](const std::vector<testing::TestTensor>& f16) {
+    std::vector<testing::TestTensor> f32;
+    for (const auto& t : f16) {
+      f32.push_back(testing::TestTensor::FromF32(
+          t.name, t.shape, t.ToF32(),
+          t.dtype == DType::kF16 ? DType::kF32 : t.dtype));
+    }
+    return f32;
+  };
+  HfTensorOptions hf;
+  hf.dtype = DType::kF16;
+  const auto hf16 = testing::ToHfTensors(config_, canonical_, hf);
+  GgufTensorOptions gg;
+  gg.matrix_dtype = DType::kF16;
+  gg.embedding_dtype = DType::kF16;
+  gg.permute_qk =
+      config_.arch == Arch::kLlama || config_.arch == Arch::kMixtral;
+  const auto gg16 = testing::ToGgufTensors(config_, canonical_, gg);
+  const std::string h16 = dir_ + "/h16", h32 = dir_ + "/h32";
+  const std::string g16 = dir_ + "/g16.gguf", g32 = dir_ + "/g32.gguf";
+  const nlohmann::json config = testing::HfConfigJson(config_);
+  ASSERT_TRUE(testing::WriteHfDirectory(h16, config, hf16).ok());
+  ASSERT_TRUE(testing::WriteHfDirectory(h32, config, widened(hf16)).ok());
+  const testing::GgufMetadata meta = testing::GgufMetadataFor(config_);
+  ASSERT_TRUE(testing::WriteGguf(g16, meta, gg16).ok());
+  ASSERT_TRUE(testing::WriteGguf(g32, meta, widened(gg16)).ok());
+  const bool in_place = ops::internal::F16WidenedInPlace();
+  for (const auto& [f16_path, f32_path] :
+       {std::pair{h16, h32}, std::pair{g16, g32}}) {
+    ops::WeightStorage storage = ops::WeightStorage::kF32;
+    const auto a = AllLogits(f16_path, prompt_, ops::ComputeType::kBF16, &storage);
+    EXPECT_EQ(storage, in_place ? ops::WeightStorage::kF16
+                                : ops::WeightStorage::kF32)
+        << f16_path;
+    const auto b = AllLogits(f32_path, prompt_);
+    EXPECT_LT(testing::MaxRelativeError(a, b), 1e-5)
+        << f16_path << " seed " << seed_;
   }
 }
 

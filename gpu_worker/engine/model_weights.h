@@ -51,7 +51,8 @@ struct ModelWeights {
   std::shared_ptr<ShardStorage> shard_storage;
 
   // `prefer` is the GEMM dtype wished for; bf16 is used for bf16 checkpoints
-  // on CPUs with AVX512-BF16, f32 otherwise. With tp.size > 1, the slice of
+  // on CPUs with AVX512-BF16, f32 otherwise (ops::LinearWeight::Create says
+  // where 16-bit weights stay in place). With tp.size > 1, the slice of
   // every weight that rank tp.rank holds (tensor_parallel.h); q/k/v, o,
   // their biases and full q/k norms, and MLP/expert matrices are sliced,
   // everything else is whole.
@@ -60,10 +61,12 @@ struct ModelWeights {
   // `cpu_ffn_rows[l]` > 0 splits dense layer l's MLP: that many of its
   // last intermediate rows go to mlp_cpu (a multiple of 32 for GGUF
   // blocks, less than the intermediate size; single rank only).
+  // `f16` says where f16 weights live (ops::F16Weights).
   static absl::StatusOr<ModelWeights> Load(const Checkpoint& ckpt, ops::ComputeType prefer,
                                            const TensorParallel& tp = {},
                                            const std::vector<std::vector<int32_t>>& skip_experts = {},
-                                           const std::vector<int64_t>& cpu_ffn_rows = {});
+                                           const std::vector<int64_t>& cpu_ffn_rows = {},
+                                           ops::F16Weights f16 = ops::F16Weights::kInPlace);
 };
 
 }  // namespace tandem
