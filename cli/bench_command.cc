@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cli/bench_prediction.h"
@@ -41,6 +43,19 @@ absl::StatusOr<bench::BenchOptions> ToOptions(const BenchCommandOptions& c) {
   if (c.bandwidth_mib <= 0 || c.attn_mib < 0 || c.gemm_size <= 0 || c.gemm_size % 32 != 0) {
     return absl::InvalidArgumentError(
         "--bandwidth-mib must be > 0, --attn-mib >= 0, --gemm-size a positive multiple of 32");
+  }
+  // Checked before the minutes of measuring and writing a model that a bad
+  // list entry would otherwise fail after.
+  for (const auto& [flag, values] :
+       {std::pair<const char*, const std::vector<int64_t>*>{"--pp", &c.pp},
+        {"--batches", &c.batches},
+        {"--attn-contexts", &c.attn_contexts}}) {
+    for (int64_t v : *values) {
+      if (v <= 0) return absl::InvalidArgumentError(absl::StrCat(flag, " values must be > 0"));
+    }
+  }
+  if (c.context <= 0 || c.tg_tokens <= 0 || c.decode_steps <= 0) {
+    return absl::InvalidArgumentError("--context, --tg-tokens and --decode-steps must be > 0");
   }
   bench::BenchOptions o;
   if (!c.synthetic.empty()) {

@@ -295,10 +295,20 @@ TEST(BenchCliTest, BadFlagsFail) {
   EXPECT_NE(status, 0);
   RunCommand(std::string(TANDEM_BINARY) + " bench 2>/dev/null", &status);
   EXPECT_NE(status, 0);
-  for (const char* bad : {"--gpu-memory-budget -1", "--device tpu", "--device cuda:4096"}) {
+  for (const char* bad : {"--gpu-memory-budget -1", "--device tpu", "--device cuda:4096",
+                          "--dtype f8"}) {
     RunCommand(std::string(TANDEM_BINARY) + " bench --synthetic dense " + bad + " 2>/dev/null",
                &status);
     EXPECT_NE(status, 0) << bad;
+  }
+  // Bad list entries and counts fail before anything is measured or written.
+  for (const char* bad : {"--pp 128 0", "--batches 0 4", "--attn-contexts 0", "--context 0",
+                          "--tg-tokens 0", "--decode-steps 0"}) {
+    const std::string out = RunCommand(
+        std::string(TANDEM_BINARY) + " bench --synthetic dense " + bad + " 2>&1", &status);
+    EXPECT_NE(status, 0) << bad;
+    EXPECT_NE(out.find("must be > 0"), std::string::npos) << bad << ": " << out;
+    EXPECT_EQ(out.find("measuring"), std::string::npos) << bad << ": " << out;
   }
 }
 
