@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "common/status_macros.h"
+#include "cpu_worker/ops/cpu_features.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace tandem::ops::internal {
@@ -35,9 +36,26 @@ Cache& GetCache() {
   return *cache;
 }
 
+// Where TANDEM_CPU_ISA caps the hand-written kernels at AVX2 or scalar,
+// oneDNN is capped the same way before its first use, so that a capped run
+// stands for a CPU of that level: without it oneDNN kept its AVX-512 and
+// AVX512-BF16 kernels under TANDEM_CPU_ISA=avx2, and GEMMs measured "on
+// AVX2" were a faster CPU's. (TANDEM_CPU_ISA=f32 stands for an AVX-512 CPU
+// without bf16 GEMMs, whose f32 GEMMs oneDNN runs as here.) A cap the user
+// set through ONEDNN_MAX_CPU_ISA stays: oneDNN then refuses this one.
+void CapOnednnIsa() {
+  const KernelIsa isa = MaxKernelIsa();
+  if (isa > KernelIsa::kAvx2) return;
+  (void)dnnl::set_max_cpu_isa(isa == KernelIsa::kAvx2 ? dnnl::cpu_isa::avx2
+                                                      : dnnl::cpu_isa::sse41);
+}
+
 // Only called inside a try block: the engine constructor may throw.
 const dnnl::engine& Engine() {
-  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine* engine = [] {
+    CapOnednnIsa();
+    return new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return *engine;
 }
 
