@@ -9,6 +9,7 @@
 #include "common/checkpoint.h"
 #include "common/mapped_file.h"
 #include "common/status_macros.h"
+#include "cpu_worker/ops/linear.h"
 #include "cpu_worker/perf/machine_info.h"
 #include "cpu_worker/perf/machine_probe.h"
 #include "gpu_worker/bench/expert_usage.h"
@@ -162,10 +163,10 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(r.model.costs,
                           ComputeModelCosts(engine->checkpoint(), engine->weights()));
   const std::string& st = r.model.costs.weight_storage;
-  if (st == "bf16" || st == "f32") {
+  if (st == "f32" || (st == "bf16" && ops::CpuHasBf16())) {
     r.model.compute = st;
-  } else if (st == "f16") {
-    r.model.compute = "f16 widened to f32";
+  } else if (st == "bf16" || st == "f16") {
+    r.model.compute = absl::StrCat(st, " widened to f32");
   } else {
     r.model.compute = absl::StrCat("int8 kernels in decode up to ", perf::Int8KernelMaxRows(),
                                    " rows, dequantized to bf16 above and in prefill");

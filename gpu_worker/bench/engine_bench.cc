@@ -61,12 +61,12 @@ bool Quantized(const ModelCosts& c) {
   return c.weight_storage != "f32" && c.weight_storage != "bf16" && c.weight_storage != "f16";
 }
 
-// Prefill of quantized weights dequantizes panels for oneDNN's GEMM, in
-// bf16 where the CPU has it; f16 weights widen panels to f32.
+// Prefill runs bf16 GEMMs where the CPU has them (bf16 weights, and
+// quantized ones dequantized to bf16 panels); elsewhere 16-bit and
+// quantized weights widen panels for the f32 GEMM, whose peak is the bound.
 PeakKind PrefillPeak(const ModelCosts& c) {
   if (c.weight_storage == "f32" || c.weight_storage == "f16") return PeakKind::kF32;
-  if (c.weight_storage == "bf16" || ops::CpuHasBf16()) return PeakKind::kBF16;
-  return PeakKind::kF32;
+  return ops::CpuHasBf16() ? PeakKind::kBF16 : PeakKind::kF32;
 }
 
 // Quantized weights run the int8 kernels only up to a few rows; larger
