@@ -36,8 +36,9 @@ enum class KernelIsa {
 };
 
 // The best level the host supports, capped by TANDEM_CPU_ISA=avx2 or
-// TANDEM_CPU_ISA=scalar (so tests and users can force the fallbacks).
-// Probed and read once, at the first call.
+// TANDEM_CPU_ISA=scalar (so tests and users can force the fallbacks; oneDNN
+// is capped at AVX2 or SSE4.1 with them, onednn_matmul.cc). Probed and read
+// once, at the first call.
 KernelIsa MaxKernelIsa();
 
 // "scalar", "avx2", "avx512", "avx512_vnni".
