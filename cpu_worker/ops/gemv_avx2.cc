@@ -10,9 +10,11 @@ namespace {
 
 #define TANDEM_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-// Weight rows read side by side: 2 accumulators each, 8 of the 16 vector
-// registers, with the chunk of x and the widened weights in the rest.
-constexpr int kRows = 4;
+// Rows of x one weight row is streamed against at once: 2 accumulators
+// each, 12 of the 16 vector registers, with the widened weights and a
+// chunk of x in the rest. With 4, 12 and 16 rows of x ran 108 and 105-110
+// GFLOP/s against 146-153 and 154-159 with 6 (4096 x 4096 bf16, cold).
+constexpr int kXRows = 6;
 
 // 16 weights as two f32 vectors, exactly: for bf16 the even (shifted up)
 // and the odd (low half masked off) elements, for f16 the first and the
@@ -45,99 +47,98 @@ TANDEM_AVX2 inline float Reduce(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// The one accumulation step: 16 weights `v` widened, times chunk `xc` of
-// x as SplitXAvx2 lays it out (evens, then odds; for f16 in order). Every
-// path takes it, so a row's result does not depend on the path, i.e. on m.
-template <GemvWeight F>
-TANDEM_AVX2 inline void Step(const float* xc, __m256i v, __m256& ae, __m256& ao) {
-  __m256 we, wo;
-  Widen<F>(v, &we, &wo);
+// The one accumulation step: 16 widened weights times chunk `xc` of x as
+// SplitXAvx2 lays it out (evens, then odds; for f16 in order). Every row of
+// x takes it, whatever the rows beside it, so a row's result does not
+// depend on m.
+TANDEM_AVX2 inline void Step(const float* xc, __m256 we, __m256 wo, __m256& ae, __m256& ao) {
   ae = _mm256_fmadd_ps(_mm256_loadu_ps(xc), we, ae);
   ao = _mm256_fmadd_ps(_mm256_loadu_ps(xc + 8), wo, ao);
 }
 
-// R weight rows from `w0` (k apart) against one row of x.
-template <GemvWeight F, int R>
-TANDEM_AVX2 inline void Tile(const float* xs, const uint16_t* w0, int64_t k, const float* bias,
-                             float* y) {
-  __m256 ae[R], ao[R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) ae[r] = ao[r] = _mm256_setzero_ps();
-  const int64_t full = k / kAvx2Chunk;
-  for (int64_t c = 0; c < full; ++c) {
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const uint16_t* p = w0 + r * k + c * kAvx2Chunk;
-      Step<F>(xs + c * kAvx2Chunk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
-              ae[r], ao[r]);
-    }
-  }
-  if (const int64_t rem = k - full * kAvx2Chunk; rem > 0) {
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      Step<F>(xs + full * kAvx2Chunk, LoadTail(w0 + r * k + full * kAvx2Chunk, rem), ae[r],
-              ao[r]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    y[r] = Reduce(_mm256_add_ps(ae[r], ao[r])) + (bias != nullptr ? bias[r] : 0.0f);
-  }
-}
-
-// One row of x against weight row j alone, with Tile's arithmetic (Step
-// and Reduce), the weight read as one stream
-// fetched kStreamAheadBytes ahead across row ends, never past the weight's
-// end (stream_prefetch.h): rows one after the other read 40-54 GB/s of
-// bf16 on the AMD EPYC VM against 34-41 for 4 rows k apart as in the
-// tiles, and the fetches took 40-43 to 45-48.
-template <GemvWeight F, PrefetchLevel L>
-TANDEM_AVX2 inline void StreamRow(const float* xs, const uint16_t* w, int64_t n, int64_t k,
-                                  const float* bias, int64_t j, float* y) {
+// Weight row j against rows [i0, i0 + C) of x (their regrouped rows
+// `row_floats` apart in xs): each 16 weights are loaded and widened once
+// for all C rows. With `fetch`, the weight is read as one stream fetched
+// kStreamAheadBytes ahead across row ends, never past the weight's end
+// (stream_prefetch.h): rows one after the other read 40-54 GB/s of bf16
+// on the AMD EPYC VM against 34-41 for 4 rows k apart, and the fetches
+// took 40-43 to 45-48. The later groups of rows of x find the row in L1.
+// (Before, 2-6 rows of x took 4 weight rows at a time against one row of
+// x, widening every weight once per row of x: 82 GFLOP/s at 4 rows and
+// 122 at 16, against 145-150 and 154-159 now.)
+template <GemvWeight F, int C, PrefetchLevel L>
+TANDEM_AVX2 inline void StreamRow(const float* xs, int64_t row_floats, const uint16_t* w,
+                                  int64_t n, int64_t k, const float* bias, int64_t j, int64_t i0,
+                                  bool fetch, float* y) {
   constexpr int64_t kAhead = kStreamAheadBytes / sizeof(uint16_t);
   const uint16_t* row = w + j * k;
-  const uint16_t* fetch_end = w + n * k - kAhead;
-  __m256 ae = _mm256_setzero_ps(), ao = _mm256_setzero_ps();
+  const uint16_t* fetch_end = fetch ? w + n * k - kAhead : w;
+  const float* x0 = xs + i0 * row_floats;
+  __m256 ae[C], ao[C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) ae[c] = ao[c] = _mm256_setzero_ps();
   const int64_t full = k / kAvx2Chunk;
-  for (int64_t c = 0; c < full; ++c) {
-    const uint16_t* p = row + c * kAvx2Chunk;
-    if ((c & 1) == 0 && p < fetch_end) PrefetchLine<L>(p + kAhead);  // a line per 2 chunks
-    Step<F>(xs + c * kAvx2Chunk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), ae,
-            ao);
+  for (int64_t ch = 0; ch < full; ++ch) {
+    const uint16_t* p = row + ch * kAvx2Chunk;
+    if ((ch & 1) == 0 && p < fetch_end) PrefetchLine<L>(p + kAhead);  // a line per 2 chunks
+    __m256 we, wo;
+    Widen<F>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), &we, &wo);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) Step(x0 + c * row_floats + ch * kAvx2Chunk, we, wo, ae[c], ao[c]);
   }
   if (const int64_t rem = k - full * kAvx2Chunk; rem > 0) {
-    Step<F>(xs + full * kAvx2Chunk, LoadTail(row + full * kAvx2Chunk, rem), ae, ao);
+    __m256 we, wo;
+    Widen<F>(LoadTail(row + full * kAvx2Chunk, rem), &we, &wo);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      Step(x0 + c * row_floats + full * kAvx2Chunk, we, wo, ae[c], ao[c]);
+    }
   }
-  y[j] = Reduce(_mm256_add_ps(ae, ao)) + (bias != nullptr ? bias[j] : 0.0f);
+  const float b = bias != nullptr ? bias[j] : 0.0f;
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) y[(i0 + c) * n + j] = Reduce(_mm256_add_ps(ae[c], ao[c])) + b;
+}
+
+// Weight row j against every row of x, kXRows at a time; the first group
+// streams the row from memory.
+template <GemvWeight F, PrefetchLevel L>
+TANDEM_AVX2 inline void StreamRowAllX(const float* xs, int64_t m, const uint16_t* w, int64_t n,
+                                      int64_t k, const float* bias, int64_t j, float* y) {
+  const int64_t row_floats = (k + kAvx2Chunk - 1) / kAvx2Chunk * kAvx2Chunk;
+  int64_t i = 0;
+  for (; i + kXRows <= m; i += kXRows) {
+    StreamRow<F, kXRows, L>(xs, row_floats, w, n, k, bias, j, i, i == 0, y);
+  }
+  switch (m - i) {
+    case 5:
+      StreamRow<F, 5, L>(xs, row_floats, w, n, k, bias, j, i, i == 0, y);
+      break;
+    case 4:
+      StreamRow<F, 4, L>(xs, row_floats, w, n, k, bias, j, i, i == 0, y);
+      break;
+    case 3:
+      StreamRow<F, 3, L>(xs, row_floats, w, n, k, bias, j, i, i == 0, y);
+      break;
+    case 2:
+      StreamRow<F, 2, L>(xs, row_floats, w, n, k, bias, j, i, i == 0, y);
+      break;
+    case 1:
+      StreamRow<F, 1, L>(xs, row_floats, w, n, k, bias, j, i, i == 0, y);
+      break;
+    default:
+      break;
+  }
 }
 
 template <GemvWeight F>
 TANDEM_AVX2 void RowsAvx2(const float* xs, int64_t m, const uint16_t* w, int64_t n, int64_t k,
                           const float* bias, int64_t n0, int64_t n1, float* y) {
-  const int64_t row_floats = (k + kAvx2Chunk - 1) / kAvx2Chunk * kAvx2Chunk;
-  int64_t j = n0;
-  if (m == 1) {
-    if (StreamPrefetchLevel() == PrefetchLevel::kL2) {
-      for (; j < n1; ++j) StreamRow<F, PrefetchLevel::kL2>(xs, w, n, k, bias, j, y);
+  const bool l2 = StreamPrefetchLevel() == PrefetchLevel::kL2;
+  for (int64_t j = n0; j < n1; ++j) {
+    if (l2) {
+      StreamRowAllX<F, PrefetchLevel::kL2>(xs, m, w, n, k, bias, j, y);
     } else {
-      for (; j < n1; ++j) StreamRow<F, PrefetchLevel::kL1>(xs, w, n, k, bias, j, y);
-    }
-    return;
-  }
-  // Weight rows [j, j + kRows) against every row of x in turn: the tile's
-  // rows come from memory for the first and from the cache for the others.
-  float out[kRows];
-  for (; j + kRows <= n1; j += kRows) {
-    for (int64_t i = 0; i < m; ++i) {
-      Tile<F, kRows>(xs + i * row_floats, w + j * k, k, bias != nullptr ? bias + j : nullptr,
-                     out);
-      std::memcpy(y + i * n + j, out, sizeof(out));
-    }
-  }
-  for (; j < n1; ++j) {
-    for (int64_t i = 0; i < m; ++i) {
-      Tile<F, 1>(xs + i * row_floats, w + j * k, k, bias != nullptr ? bias + j : nullptr, out);
-      y[i * n + j] = out[0];
+      StreamRowAllX<F, PrefetchLevel::kL1>(xs, m, w, n, k, bias, j, y);
     }
   }
 }

@@ -266,7 +266,7 @@ bool Bf16WidenedInPlace() { return MaxKernelIsa() >= KernelIsa::kAvx2; }
 
 bool F16WidenedInPlace() { return MaxKernelIsa() >= KernelIsa::kAvx2; }
 
-int64_t WidenedSmallBatchMaxRows() { return MaxKernelIsa() >= KernelIsa::kAvx512 ? 48 : 12; }
+int64_t WidenedSmallBatchMaxRows() { return MaxKernelIsa() >= KernelIsa::kAvx512 ? 48 : 16; }
 
 bool QuantUsesAmxKernel(int64_t m, int64_t k) {
   return !QuantLinearUsesGemv(m) && AmxLinearFits(m, k) && AmxUsable();

@@ -171,9 +171,9 @@ bool F16WidenedInPlace();
 // with TANDEM_CPU_ISA=f32 (AVX-512) the kernel ran 282, 292 and 309 at 16,
 // 32 and 48 rows against 164, 242 and 282 for the panels, and 302 against
 // 332 at 64: 48. With TANDEM_CPU_ISA=avx2 (oneDNN capped at AVX2 too),
-// 82, 97-101, 106-107, 116-119 and 122-123 at 4, 6, 8, 12 and 16 rows
-// against 53-59, 75-86, 91-93, 116-120 and 134: 12, where the two tie and
-// the kernel's batch-invariant class is the larger.
+// 145-150, 131-137, 127-133, 146-153 and 154-159 at 4, 6, 8, 12 and 16
+// rows against 53-59, 75-86, 91-93, 116-120 and 141-142 for the panels,
+// and 104-138 against 142-208 at 24-48: 16.
 int64_t WidenedSmallBatchMaxRows();
 // True if a quantized Linear of m rows and k input features runs on the
 // AMX kernel (AmxQuantLinear): the batches above the int8 kernel's
