@@ -109,25 +109,16 @@ TANDEM_AVX2 inline void StreamRowAllX(const float* xs, int64_t m, const uint16_t
   for (; i + kXRows <= m; i += kXRows) {
     StreamRow<F, kXRows, L>(xs, row_floats, w, n, k, bias, j, i, i == 0, y);
   }
-  switch (m - i) {
-    case 5:
-      StreamRow<F, 5, L>(xs, row_floats, w, n, k, bias, j, i, i == 0, y);
-      break;
-    case 4:
-      StreamRow<F, 4, L>(xs, row_floats, w, n, k, bias, j, i, i == 0, y);
-      break;
-    case 3:
-      StreamRow<F, 3, L>(xs, row_floats, w, n, k, bias, j, i, i == 0, y);
-      break;
-    case 2:
-      StreamRow<F, 2, L>(xs, row_floats, w, n, k, bias, j, i, i == 0, y);
-      break;
-    case 1:
-      StreamRow<F, 1, L>(xs, row_floats, w, n, k, bias, j, i, i == 0, y);
-      break;
-    default:
-      break;
-  }
+  // The last 1-5 rows: one call per weight row, so a pointer costs nothing.
+  using Tail = void (*)(const float*, int64_t, const uint16_t*, int64_t, int64_t, const float*,
+                        int64_t, int64_t, bool, float*);
+  static constexpr Tail kTails[kXRows] = {nullptr,
+                                          &StreamRow<F, 1, L>,
+                                          &StreamRow<F, 2, L>,
+                                          &StreamRow<F, 3, L>,
+                                          &StreamRow<F, 4, L>,
+                                          &StreamRow<F, 5, L>};
+  if (i < m) kTails[m - i](xs, row_floats, w, n, k, bias, j, i, i == 0, y);
 }
 
 template <GemvWeight F>
