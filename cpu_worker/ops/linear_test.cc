@@ -150,31 +150,41 @@ const Shape kShapes[] = {{1, 1, 1},      {1, 7, 5},      {3, 33, 45},  {17, 96, 
                          {64, 257, 200}, {1, 300, 1030}, {5, 64, 96},  {64, 48, 16},
                          {2, 33, 64},    {24, 70, 512}};
 
-TEST(LinearTest, F32MatchesReference) {
+// Runs `body` on every shape of kShapes, without and with bias, under a
+// fresh seed (printed on failure); `what` names the case for messages.
+void ForEachShape(
+    const char* dtype,
+    const std::function<void(std::mt19937&, const Shape&, bool, const std::string&)>& body) {
   const uint32_t seed = FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed ", seed));
   std::mt19937 rng(seed);
   for (const Shape& s : kShapes) {
     for (bool with_bias : {false, true}) {
-      const std::string what =
-          absl::StrCat("f32 m=", s.m, " n=", s.n, " k=", s.k, with_bias ? " bias" : "");
-      auto x = RandomVec(rng, s.m * s.k);
-      auto w = RandomVec(rng, s.n * s.k);
-      auto b = RandomVec(rng, s.n);
-      auto lw = LinearWeight::Create(View(DType::kF32, {s.n, s.k}, w.data(), s.n * s.k * 4),
-                                     ComputeType::kF32);
-      ASSERT_TRUE(lw.ok()) << lw.status();
-      EXPECT_EQ(lw->compute_type(), ComputeType::kF32);
-      EXPECT_EQ(lw->data(), w.data()) << "f32 weights are used in place";
-      EXPECT_EQ(lw->storage(), WeightStorage::kF32);
-      EXPECT_EQ(lw->nbytes(), s.n * s.k * 4);
-      EXPECT_EQ(lw->rows(), s.n);
-      EXPECT_EQ(lw->cols(), s.k);
-      std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
-      Linear(x.data(), s.m, *lw, with_bias ? b.data() : nullptr, y.data());
-      ExpectClose(x, s.m, w, s.n, s.k, with_bias ? b.data() : nullptr, y, 1e-5, what);
+      body(rng, s, with_bias,
+           absl::StrCat(dtype, " m=", s.m, " n=", s.n, " k=", s.k, with_bias ? " bias" : ""));
     }
   }
+}
+
+TEST(LinearTest, F32MatchesReference) {
+  ForEachShape("f32", [&](std::mt19937& rng, const Shape& s, bool with_bias,
+                          const std::string& what) {
+    auto x = RandomVec(rng, s.m * s.k);
+    auto w = RandomVec(rng, s.n * s.k);
+    auto b = RandomVec(rng, s.n);
+    auto lw = LinearWeight::Create(View(DType::kF32, {s.n, s.k}, w.data(), s.n * s.k * 4),
+                                   ComputeType::kF32);
+    ASSERT_TRUE(lw.ok()) << lw.status();
+    EXPECT_EQ(lw->compute_type(), ComputeType::kF32);
+    EXPECT_EQ(lw->data(), w.data()) << "f32 weights are used in place";
+    EXPECT_EQ(lw->storage(), WeightStorage::kF32);
+    EXPECT_EQ(lw->nbytes(), s.n * s.k * 4);
+    EXPECT_EQ(lw->rows(), s.n);
+    EXPECT_EQ(lw->cols(), s.k);
+    std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
+    Linear(x.data(), s.m, *lw, with_bias ? b.data() : nullptr, y.data());
+    ExpectClose(x, s.m, w, s.n, s.k, with_bias ? b.data() : nullptr, y, 1e-5, what);
+  });
 }
 
 TEST(LinearTest, F32CheckpointStaysF32WhenBf16Preferred) {
@@ -196,45 +206,39 @@ TEST(LinearTest, Bf16MatchesReference) {
     GTEST_SKIP() << "bf16 weights are converted to f32 here (no AVX512-BF16, no AVX2): "
                     "LinearConvertedTest and Bf16CheckpointConvertedWhenF32Preferred";
   }
-  const uint32_t seed = FreshSeed();
-  SCOPED_TRACE(absl::StrCat("seed ", seed));
-  std::mt19937 rng(seed);
-  for (const Shape& s : kShapes) {
-    for (bool with_bias : {false, true}) {
-      const std::string what =
-          absl::StrCat("bf16 m=", s.m, " n=", s.n, " k=", s.k, with_bias ? " bias" : "");
-      auto x = RandomVec(rng, s.m * s.k);
-      const TestWeight w = RandomWeight(rng, s.n, s.k);
-      const std::vector<float>& w_rounded = w.f32;  // the bf16 weights as f32
-      auto b = RandomVec(rng, s.n);
-      auto lw = LinearWeight::Create(View(DType::kBF16, {s.n, s.k}, w.bf16.data(), s.n * s.k * 2),
-                                     ComputeType::kBF16);
-      ASSERT_TRUE(lw.ok()) << lw.status();
-      ASSERT_EQ(lw->compute_type(), widened ? ComputeType::kF32 : ComputeType::kBF16);
-      EXPECT_EQ(lw->data(), w.bf16.data()) << "bf16 weights are used in place";
-      EXPECT_EQ(lw->storage(), WeightStorage::kBF16);
-      EXPECT_EQ(lw->nbytes(), s.n * s.k * 2);
-      std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
-      const float* bias = with_bias ? b.data() : nullptr;
-      Linear(x.data(), s.m, *lw, bias, y.data());
-      if (widened) {
-        ExpectClose(x, s.m, w_rounded, s.n, s.k, bias, y, 1e-5, absl::StrCat(what, " widened"));
-        continue;
-      }
-      // Against the exact product of the f32 activations: bf16 rounding of x.
-      ExpectClose(x, s.m, w_rounded, s.n, s.k, bias, y, 1e-2, what);
-      // Tightly, against the product the kernel actually forms: oneDNN
-      // (larger batches) rounds the activations to bf16, the small-batch
-      // kernel keeps them f32. Only f32 accumulation error remains.
-      std::vector<float> x_used = x;
-      if (s.m > internal::SmallBatchMaxRows(ComputeType::kBF16) ||
-          internal::Bf16UsesAmxKernel(s.m, s.k) || internal::Bf16UsesDotKernel(s.m)) {
-        for (auto& v : x_used) v = Bf16ToF32(F32ToBf16(v));
-      }
-      ExpectClose(x_used, s.m, w_rounded, s.n, s.k, bias, y, 1e-5,
-                  absl::StrCat(what, " (activations as the kernel uses them)"));
+  ForEachShape("bf16", [&](std::mt19937& rng, const Shape& s, bool with_bias,
+                           const std::string& what) {
+    auto x = RandomVec(rng, s.m * s.k);
+    const TestWeight w = RandomWeight(rng, s.n, s.k);
+    const std::vector<float>& w_rounded = w.f32;  // the bf16 weights as f32
+    auto b = RandomVec(rng, s.n);
+    auto lw = LinearWeight::Create(View(DType::kBF16, {s.n, s.k}, w.bf16.data(), s.n * s.k * 2),
+                                   ComputeType::kBF16);
+    ASSERT_TRUE(lw.ok()) << lw.status();
+    ASSERT_EQ(lw->compute_type(), widened ? ComputeType::kF32 : ComputeType::kBF16);
+    EXPECT_EQ(lw->data(), w.bf16.data()) << "bf16 weights are used in place";
+    EXPECT_EQ(lw->storage(), WeightStorage::kBF16);
+    EXPECT_EQ(lw->nbytes(), s.n * s.k * 2);
+    std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
+    const float* bias = with_bias ? b.data() : nullptr;
+    Linear(x.data(), s.m, *lw, bias, y.data());
+    if (widened) {
+      ExpectClose(x, s.m, w_rounded, s.n, s.k, bias, y, 1e-5, absl::StrCat(what, " widened"));
+      return;
     }
-  }
+    // Against the exact product of the f32 activations: bf16 rounding of x.
+    ExpectClose(x, s.m, w_rounded, s.n, s.k, bias, y, 1e-2, what);
+    // Tightly, against the product the kernel actually forms: oneDNN
+    // (larger batches) rounds the activations to bf16, the small-batch
+    // kernel keeps them f32. Only f32 accumulation error remains.
+    std::vector<float> x_used = x;
+    if (s.m > internal::SmallBatchMaxRows(ComputeType::kBF16) ||
+        internal::Bf16UsesAmxKernel(s.m, s.k) || internal::Bf16UsesDotKernel(s.m)) {
+      for (auto& v : x_used) v = Bf16ToF32(F32ToBf16(v));
+    }
+    ExpectClose(x_used, s.m, w_rounded, s.n, s.k, bias, y, 1e-5,
+                absl::StrCat(what, " (activations as the kernel uses them)"));
+  });
 }
 
 TEST(LinearTest, Bf16CheckpointConvertedWhenF32Preferred) {
@@ -267,37 +271,31 @@ TEST(LinearTest, Bf16CheckpointConvertedWhenF32Preferred) {
 // the small-batch kernel and the widened panels; f32 compute or an f32 copy
 // asked for converts them at load.
 TEST(LinearTest, F16MatchesReference) {
-  const uint32_t seed = FreshSeed();
-  SCOPED_TRACE(absl::StrCat("seed ", seed));
-  std::mt19937 rng(seed);
-  for (const Shape& s : kShapes) {
-    for (bool with_bias : {false, true}) {
-      const std::string what =
-          absl::StrCat("f16 m=", s.m, " n=", s.n, " k=", s.k, with_bias ? " bias" : "");
-      auto x = RandomVec(rng, s.m * s.k);
-      const TestWeight w = RandomWeight(rng, s.n, s.k);
-      auto b = RandomVec(rng, s.n);
-      const TensorView v = View(DType::kF16, {s.n, s.k}, w.f16.data(), s.n * s.k * 2);
-      const float* bias = with_bias ? b.data() : nullptr;
-      for (ComputeType prefer : {ComputeType::kBF16, ComputeType::kQuantized, ComputeType::kF32}) {
-        for (F16Weights f16 : {F16Weights::kInPlace, F16Weights::kToF32}) {
-          auto lw = LinearWeight::Create(v, prefer, f16);
-          ASSERT_TRUE(lw.ok()) << lw.status();
-          const bool in_place = prefer != ComputeType::kF32 && f16 == F16Weights::kInPlace &&
-                                internal::F16WidenedInPlace();
-          ASSERT_EQ(lw->compute_type(), ComputeType::kF32);
-          ASSERT_EQ(lw->storage(), in_place ? WeightStorage::kF16 : WeightStorage::kF32);
-          EXPECT_EQ(lw->data() == w.f16.data(), in_place);
-          EXPECT_EQ(lw->nbytes(), s.n * s.k * (in_place ? 2 : 4));
-          EXPECT_FALSE(lw->quantized());
-          std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
-          Linear(x.data(), s.m, *lw, bias, y.data());
-          ExpectClose(x, s.m, w.f16_f32, s.n, s.k, bias, y, 1e-5,
-                      absl::StrCat(what, in_place ? " in place" : " converted"));
-        }
+  ForEachShape("f16", [&](std::mt19937& rng, const Shape& s, bool with_bias,
+                          const std::string& what) {
+    auto x = RandomVec(rng, s.m * s.k);
+    const TestWeight w = RandomWeight(rng, s.n, s.k);
+    auto b = RandomVec(rng, s.n);
+    const TensorView v = View(DType::kF16, {s.n, s.k}, w.f16.data(), s.n * s.k * 2);
+    const float* bias = with_bias ? b.data() : nullptr;
+    for (ComputeType prefer : {ComputeType::kBF16, ComputeType::kQuantized, ComputeType::kF32}) {
+      for (F16Weights f16 : {F16Weights::kInPlace, F16Weights::kToF32}) {
+        auto lw = LinearWeight::Create(v, prefer, f16);
+        ASSERT_TRUE(lw.ok()) << lw.status();
+        const bool in_place = prefer != ComputeType::kF32 && f16 == F16Weights::kInPlace &&
+                              internal::F16WidenedInPlace();
+        ASSERT_EQ(lw->compute_type(), ComputeType::kF32);
+        ASSERT_EQ(lw->storage(), in_place ? WeightStorage::kF16 : WeightStorage::kF32);
+        EXPECT_EQ(lw->data() == w.f16.data(), in_place);
+        EXPECT_EQ(lw->nbytes(), s.n * s.k * (in_place ? 2 : 4));
+        EXPECT_FALSE(lw->quantized());
+        std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
+        Linear(x.data(), s.m, *lw, bias, y.data());
+        ExpectClose(x, s.m, w.f16_f32, s.n, s.k, bias, y, 1e-5,
+                    absl::StrCat(what, in_place ? " in place" : " converted"));
       }
     }
-  }
+  });
 }
 
 // Every stored dtype that is not the compute dtype is converted once at
