@@ -308,10 +308,16 @@ absl::StatusOr<CudaDevice::LinearView> CudaDevice::Find(const ops::LinearWeight&
     return absl::InvalidArgumentError(absl::StrCat(
         name(), ": a [", w.rows(), ", ", w.cols(), "] weight that Prepare did not copy"));
   }
-  if (w.quantized() || w.storage() == ops::WeightStorage::kF16) {
-    return absl::UnimplementedError(absl::StrCat(
-        name(), ": a staged weight in ", w.quantized() ? "GGUF blocks" : "f16",
-        " (only bf16 and f32 run in place)"));
+  if (w.quantized()) {
+    return absl::UnimplementedError(
+        absl::StrCat(name(), ": a staged weight in GGUF blocks (only bf16 and f32 run in place)"));
+  }
+  if (w.storage() == ops::WeightStorage::kF16) {
+    // The engine loads f16 checkpoints as f32 for this device
+    // (ops::F16Weights::kToF32); f16 bytes here would be read as bf16.
+    return absl::FailedPreconditionError(absl::StrCat(
+        name(), ": a staged f16 weight; load f16 checkpoints with ops::F16Weights::kToF32 "
+                "for this device"));
   }
   return LinearView{w.data(),
                     w.storage() == ops::WeightStorage::kF32 ? ActType::kF32 : ActType::kBF16,
