@@ -264,7 +264,8 @@ bool Bf16UsesDotKernel(int64_t m) {
 // bf16 checkpoints are still converted.
 bool Bf16WidenedInPlace() { return MaxKernelIsa() >= KernelIsa::kAvx2; }
 
-bool F16WidenedInPlace() { return MaxKernelIsa() >= KernelIsa::kAvx2; }
+// The same kernels widen both 16-bit types.
+bool F16WidenedInPlace() { return Bf16WidenedInPlace(); }
 
 int64_t WidenedSmallBatchMaxRows() { return MaxKernelIsa() >= KernelIsa::kAvx512 ? 48 : 16; }
 
