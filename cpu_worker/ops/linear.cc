@@ -1,7 +1,11 @@
 #include "cpu_worker/ops/linear.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -61,10 +65,42 @@ void ConvertRowsToF32(DType t, const void* src, int64_t n, int64_t k, float* dst
   }
 }
 
+// x [m, k] rounded to bf16 in a thread-local buffer of `rows` >= m rows,
+// the rows past m zero: a GEMM primitive of `rows` rows pads x so.
+const uint16_t* RowsToBf16(const float* x, int64_t m, int64_t rows, int64_t k) {
+  thread_local std::vector<uint16_t> xb;
+  if (static_cast<int64_t>(xb.size()) < rows * k) xb.resize(static_cast<size_t>(rows * k));
+  ConvertToBf16(x, m * k, xb.data());
+  std::fill(xb.begin() + m * k, xb.begin() + rows * k, uint16_t{0});
+  return xb.data();
+}
+
+// Where a GEMM of `rows` >= m rows writes its [rows, n] output: y itself
+// when rows == m, else a thread-local buffer whose first m rows the caller
+// copies to y (the padding rows' outputs are dropped).
+float* OutputRows(float* y, int64_t m, int64_t rows, int64_t n) {
+  if (rows == m) return y;
+  thread_local std::vector<float> yb;
+  if (static_cast<int64_t>(yb.size()) < rows * n) yb.resize(static_cast<size_t>(rows * n));
+  return yb.data();
+}
+
+// An owned weight buffer of `bytes`: 64-byte aligned, and from 2 MiB on
+// placed on 2 MiB boundaries and advised onto huge pages, as the engine's
+// checkpoint mappings are (a pass over a weight then walks few TLB entries).
+std::shared_ptr<void> AllocateWeight(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t align = bytes >= kHuge ? kHuge : 64;
+  void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
+  TANDEM_CHECK(p != nullptr && "out of memory for a weight copy");
+  if (align == kHuge) madvise(p, bytes, MADV_HUGEPAGE);
+  return std::shared_ptr<void>(p, std::free);
+}
+
 }  // namespace
 
 absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeType prefer,
-                                                  F16Weights f16) {
+                                                  WeightLayout layout) {
   if (w.rank() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("linear weight '", w.name, "' must be 2-D, got shape ", ShapeString(w.shape)));
@@ -102,6 +138,19 @@ absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeTy
     lw.storage_ = WeightStorage::kF32;
     lw.data_ = w.data;
   } else if (w.dtype == DType::kBF16 && prefer != ComputeType::kF32 &&
+             layout == WeightLayout::kCpuPacked && internal::Bf16PacksHere()) {
+    // Packed once for oneDNN (onednn_matmul.h: PackBf16), which then runs
+    // every batch size; the padding of partial blocks is zero.
+    lw.type_ = ComputeType::kBF16;
+    lw.storage_ = WeightStorage::kBF16Packed;
+    lw.nbytes_ = internal::PackedBf16Bytes(n, k);
+    lw.owned_ = AllocateWeight(static_cast<size_t>(lw.nbytes_));
+    if (n % 64 != 0 || k % 32 != 0) {
+      std::memset(lw.owned_.get(), 0, static_cast<size_t>(lw.nbytes_));
+    }
+    internal::PackBf16(static_cast<const uint16_t*>(w.data), n, k, lw.owned_.get());
+    lw.data_ = lw.owned_.get();
+  } else if (w.dtype == DType::kBF16 && prefer != ComputeType::kF32 &&
              (CpuHasBf16() || internal::Bf16WidenedInPlace())) {
     // In place. Without bf16 GEMMs it computes in f32 on the exactly
     // widened values (widened_linear.h): the f32 result at half the bytes.
@@ -109,7 +158,7 @@ absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeTy
     lw.storage_ = WeightStorage::kBF16;
     lw.data_ = w.data;
   } else if (w.dtype == DType::kF16 && prefer != ComputeType::kF32 &&
-             f16 == F16Weights::kInPlace && internal::F16WidenedInPlace()) {
+             layout != WeightLayout::kForDevice && internal::F16WidenedInPlace()) {
     // In place, widened exactly where used: the f32 result at half the bytes.
     lw.type_ = ComputeType::kF32;
     lw.storage_ = WeightStorage::kF16;
@@ -128,9 +177,9 @@ absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeTy
     lw.type_ = ComputeType::kF32;
     lw.storage_ = WeightStorage::kF32;
     lw.nbytes_ = n * k * 4;
-    lw.owned_ = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(n * k) * 4);
-    ConvertRowsToF32(w.dtype, w.data, n, k, reinterpret_cast<float*>(lw.owned_->data()));
-    lw.data_ = lw.owned_->data();
+    lw.owned_ = AllocateWeight(static_cast<size_t>(n * k) * 4);
+    ConvertRowsToF32(w.dtype, w.data, n, k, static_cast<float*>(lw.owned_.get()));
+    lw.data_ = lw.owned_.get();
   }
   return lw;
 }
@@ -152,6 +201,16 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
     } else {
       internal::QuantLinearViaGemm(x, m, w.data(), t, w.rows(), w.cols(), bias, y);
     }
+    return;
+  }
+  if (w.storage() == WeightStorage::kBF16Packed) {
+    // Decode batches run at their own size (the result of a row does not
+    // depend on it); larger ones share a few primitives per octave.
+    const int64_t rows = m <= internal::kPackedExactRows ? m : internal::OnednnRows(m);
+    float* out = OutputRows(y, m, rows, w.rows());
+    internal::OnednnMatmulPacked(RowsToBf16(x, m, rows, w.cols()), rows, w.data(), w.rows(),
+                                 w.cols(), bias, out);
+    if (out != y) std::copy_n(out, m * w.rows(), y);
     return;
   }
   const bool bf16 = w.compute_type() == ComputeType::kBF16;
@@ -190,33 +249,19 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
     internal::OnednnMatmul(x, m, w.data(), w.rows(), w.cols(), bias, internal::MatmulType::kF32, y);
     return;
   }
-  // x in bf16, zero rows up to the primitive's size (the padding rows'
-  // outputs are dropped).
+  // x in bf16, zero rows up to the primitive's size.
   const bool weight_as_src = m <= internal::kWeightAsSrcMaxRows && internal::OnednnBf16UsesAmx();
   const int64_t rows = weight_as_src ? (m + 15) / 16 * 16 : internal::OnednnRows(m);
-  thread_local std::vector<uint16_t> xb;
-  thread_local std::vector<float> yb;
-  const int64_t elems = m * w.cols();
-  if (static_cast<int64_t>(xb.size()) < rows * w.cols()) {
-    xb.resize(static_cast<size_t>(rows * w.cols()));
-  }
-  ConvertToBf16(x, elems, xb.data());
-  std::fill(xb.begin() + elems, xb.begin() + rows * w.cols(), uint16_t{0});
+  const uint16_t* xb = RowsToBf16(x, m, rows, w.cols());
   if (weight_as_src) {
-    internal::OnednnMatmulWeightAsSrc(xb.data(), m, rows, static_cast<const uint16_t*>(w.data()),
+    internal::OnednnMatmulWeightAsSrc(xb, m, rows, static_cast<const uint16_t*>(w.data()),
                                       w.rows(), w.cols(), bias, y);
     return;
   }
-  float* out = y;
-  if (rows != m) {
-    if (static_cast<int64_t>(yb.size()) < rows * w.rows()) {
-      yb.resize(static_cast<size_t>(rows * w.rows()));
-    }
-    out = yb.data();
-  }
-  internal::OnednnMatmul(xb.data(), rows, w.data(), w.rows(), w.cols(), bias,
+  float* out = OutputRows(y, m, rows, w.rows());
+  internal::OnednnMatmul(xb, rows, w.data(), w.rows(), w.cols(), bias,
                          internal::MatmulType::kBF16, out);
-  if (rows != m) std::copy_n(yb.data(), m * w.rows(), y);
+  if (out != y) std::copy_n(out, m * w.rows(), y);
 }
 
 namespace internal {
@@ -263,6 +308,8 @@ bool Bf16UsesDotKernel(int64_t m) {
 // kernel (no AVX2) read 18.6 GB/s, slower per weight than f32 copies: there
 // bf16 checkpoints are still converted.
 bool Bf16WidenedInPlace() { return MaxKernelIsa() >= KernelIsa::kAvx2; }
+
+bool Bf16PacksHere() { return CpuHasBf16() && !AmxUsable() && !OnednnBf16UsesAmx(); }
 
 // The same kernels widen both 16-bit types.
 bool F16WidenedInPlace() { return Bf16WidenedInPlace(); }

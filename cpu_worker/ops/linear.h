@@ -12,6 +12,19 @@
 // the activations to int8 per block of 32 (quant_gemv.h). GEMMs run through
 // oneDNN; Reference* functions are the plain loops every fast path is
 // tested against.
+// Where the caller lets them be copied (WeightLayout::kCpuPacked) and the
+// CPU runs bf16 GEMMs without AMX (internal::Bf16PacksHere), bf16 weights
+// are packed once at load into oneDNN's blocked layout
+// (WeightStorage::kBF16Packed) and every batch size, one row included, runs
+// on oneDNN's GEMM with activations rounded to bf16. Its kernels stream
+// that layout in address order and keep computing at their bf16 rate as
+// rows grow: on the AMD EPYC VM (linear_bench.cc, BM_Bf16SmallBatchPaths
+// path 6 against 0 and 4, cold 4096 x 4096 weights, 2 threads, read sweep
+// 61 GB/s) 50 against 48 GB/s of weights at one row, 52 against 37 at 4
+// rows, 601 against 445 GFLOP/s at 16 and 778 against 425 at 32; in the
+// engine, decode 1.19x faster at B = 1 and 1.35x at B = 16 (docs/
+// PERFORMANCE.md). A row's result is the same bits whatever the batch.
+// The rest of this paragraph is about weights in place.
 // Decode-sized batches (internal::SmallBatchMaxRows) take a kernel that
 // streams the in-place weight once, since oneDNN 2.6 repacks an in-place
 // [N, K] weight on every call; it multiplies f32 activations by the exactly
@@ -29,7 +42,8 @@
 // dot-product kernel on AMD (QuantUsesDotKernel), else panels for oneDNN.
 //
 // Batch invariance: a row's result is the same bits whatever else shares
-// the call, for batches of up to SmallBatchMaxRows rows (4 with AMX, else
+// the call, for every batch on packed bf16 weights, and, in place, for
+// batches of up to SmallBatchMaxRows rows (4 with AMX, else
 // 16; the small-batch kernel's accumulation order does not depend on m),
 // within 2-32 rows on the AMX kernel and on the dot-product kernel (1 row
 // alone is the small-batch kernel's), and on oneDNN's AMX within 5-16 and within 17-32 rows where
@@ -68,7 +82,8 @@ enum class ComputeType { kF32, kBF16, kQuantized };
 enum class WeightStorage {
   kF32,
   kBF16,
-  kF16,   // in place, computed in f32 on the widened values
+  kBF16Packed,  // an owned copy in oneDNN's blocked layout (PackBf16 in onednn_matmul.h)
+  kF16,         // in place, computed in f32 on the widened values
   kQ8_0,  // GGUF blocks (common/quant.h), rows of K / 32 blocks, in place
   kQ4_0,
   kQ4_1,
@@ -77,11 +92,18 @@ enum class WeightStorage {
 // True if the CPU can run bf16 GEMMs (AVX512-BF16, probed at run time).
 bool CpuHasBf16();
 
-// Where an f16 checkpoint's weights live: in place, widened where they are
-// used (the default, where F16WidenedInPlace holds), or converted to f32
-// at load. A device that computes only f32 and bf16 weights (the CUDA
-// device) asks for kToF32.
-enum class F16Weights { kInPlace, kToF32 };
+// Who reads a weight's bytes, and so which copies of them are allowed:
+//   kInPlace    16-bit and quantized weights stay where they lie, row-major
+//               (the default: the shared host weight store, whose bytes
+//               the GPU worker reads too, and callers that read data());
+//   kCpuPacked  only this process's CPU kernels read them: as kInPlace,
+//               but bf16 weights computing in bf16 are packed into an owned
+//               copy where internal::Bf16PacksHere holds (the same bytes
+//               again, which the mapping's clean pages can give back);
+//   kForDevice  a device reads the row-major bytes and computes only f32
+//               and bf16 weights (the CUDA device): as kInPlace, but f16
+//               weights are converted to f32 at load.
+enum class WeightLayout { kInPlace, kCpuPacked, kForDevice };
 
 class LinearWeight {
  public:
@@ -91,23 +113,26 @@ class LinearWeight {
   // is only used when the CPU supports it. Q8_0/Q4_0/Q4_1 views are used in
   // place (storage() says which) unless `prefer` is kF32, which dequantizes
   // them to f32: exact f32 compute is what kF32 asks for. f16 views stay in
-  // place (storage kF16, compute kF32) unless `prefer` is kF32, `f16` is
-  // kToF32 or F16WidenedInPlace does not hold.
+  // place (storage kF16, compute kF32) unless `prefer` is kF32, `layout` is
+  // kForDevice or F16WidenedInPlace does not hold. bf16 views computing in
+  // bf16 are packed (storage kBF16Packed) where `layout` is kCpuPacked and
+  // Bf16PacksHere holds.
   static absl::StatusOr<LinearWeight> Create(const TensorView& w, ComputeType prefer,
-                                             F16Weights f16 = F16Weights::kInPlace);
+                                             WeightLayout layout = WeightLayout::kInPlace);
 
   int64_t rows() const { return n_; }  // N, output features
   int64_t cols() const { return k_; }  // K, input features
-  // kBF16 for bf16 storage on CPUs with bf16 GEMMs, else kF32 (widened
-  // 16-bit and quantized weights accumulate in f32).
+  // kBF16 for bf16 storage (packed or not) on CPUs with bf16 GEMMs, else
+  // kF32 (widened 16-bit and quantized weights accumulate in f32).
   ComputeType compute_type() const { return type_; }
   WeightStorage storage() const { return storage_; }
   bool quantized() const {
-    return storage_ != WeightStorage::kF32 && storage_ != WeightStorage::kBF16 &&
-           storage_ != WeightStorage::kF16;
+    return storage_ == WeightStorage::kQ8_0 || storage_ == WeightStorage::kQ4_0 ||
+           storage_ == WeightStorage::kQ4_1;
   }
-  // [N, K] in storage(): f32, bf16 or f16 elements, or GGUF blocks. Only
-  // unquantized weights may be read as elements.
+  // [N, K] in storage(): f32, bf16 or f16 elements, GGUF blocks or packed
+  // bf16. Only f32, bf16 and f16 storage may be read as [N, K] elements.
+  // (With kBF16Packed, nbytes() counts the blocks' zero padding.)
   const void* data() const { return data_; }
   // Bytes of the matrix data() points at (what a pass over the weight reads).
   int64_t nbytes() const { return nbytes_; }
@@ -128,7 +153,7 @@ class LinearWeight {
   WeightStorage storage_ = WeightStorage::kF32;
   int64_t nbytes_ = 0;
   const void* data_ = nullptr;
-  std::shared_ptr<std::vector<uint8_t>> owned_;
+  std::shared_ptr<void> owned_;  // an owned copy data() points into
 };
 
 // y[M, N] = x[M, K] · W^T + bias. `bias` may be null. Thread-safe; caches
@@ -163,6 +188,16 @@ bool Bf16WidenedInPlace();
 // The same for f16 weights, on CPUs with or without bf16 GEMMs (no CPU GEMM
 // here takes f16).
 bool F16WidenedInPlace();
+// True if bf16 weights are packed for oneDNN where the caller allows it
+// (WeightLayout::kCpuPacked): on CPUs with bf16 GEMMs but without usable
+// AMX (whose kernels, measured on Sapphire Rapids, read weights in place;
+// the packed layout was measured on AMD EPYC only).
+bool Bf16PacksHere();
+// Packed bf16 batches of up to this many rows run on a primitive of their
+// own size; larger ones, rounded up by OnednnRows (17-32 rows to 32), share
+// one per few sizes, which keeps a MoE model's shapes within the primitive
+// cache (kOnednnMatmulCacheLimit).
+inline constexpr int64_t kPackedExactRows = 16;
 // The most rows of such weights (bf16 or f16) the small-batch kernel
 // takes; larger batches widen panels for oneDNN's f32 GEMM
 // (widened_linear.h). Measured for bf16; on the

@@ -63,7 +63,8 @@ TensorView View(DType t, const std::vector<uint8_t>& data) {
   return v;
 }
 
-// Linear as the engine calls it. Args: m, cold (0/1).
+// Linear as the engine calls it (bf16 packed where the engine packs it).
+// Args: m, cold (0/1).
 void BM_Linear(benchmark::State& state, DType t) {
   const ComputeType prefer = t == DType::kF32                         ? ComputeType::kF32
                              : t == DType::kBF16 || t == DType::kF16 ? ComputeType::kBF16
@@ -75,7 +76,7 @@ void BM_Linear(benchmark::State& state, DType t) {
   const auto storage = MakeWeights(t, copies);
   std::vector<LinearWeight> w;
   for (const auto& s : storage) {
-    auto lw = LinearWeight::Create(View(t, s), prefer);
+    auto lw = LinearWeight::Create(View(t, s), prefer, WeightLayout::kCpuPacked);
     if (!lw.ok()) {
       state.SkipWithError("LinearWeight::Create failed");
       return;
@@ -99,6 +100,7 @@ void BM_Linear(benchmark::State& state, DType t) {
   state.counters["W_GB/s"] = benchmark::Counter(static_cast<double>(w[0].nbytes()) * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(w[0].quantized()                             ? KernelIsaName(MaxKernelIsa())
+                 : w[0].storage() == WeightStorage::kBF16Packed ? "bf16 packed"
                  : w[0].compute_type() == ComputeType::kBF16 ? "bf16"
                  : w[0].storage() == WeightStorage::kBF16    ? "bf16 widened to f32"
                  : w[0].storage() == WeightStorage::kF16     ? "f16 widened to f32"
@@ -233,7 +235,9 @@ BENCHMARK_CAPTURE(BM_QuantSmallBatchPaths, q4_0, DType::kQ4_0)
 // kernel (path 4, bf16_dot_linear.h). Where the CPU has no bf16 GEMMs
 // (TANDEM_CPU_ISA=f32 or avx2 here) path 0 widens the weights in registers
 // and path 5 in panels for oneDNN's f32 GEMM (widened_linear.h): where
-// Linear switches between them (WidenedSmallBatchMaxRows).
+// Linear switches between them (WidenedSmallBatchMaxRows). Path 6 is
+// oneDNN's GEMM on the weight packed for it (PackBf16), which Linear runs
+// for every batch where Bf16PacksHere holds.
 void BM_Bf16SmallBatchPaths(benchmark::State& state) {
   const int64_t m = state.range(0);
   const int64_t path = state.range(1);
@@ -247,6 +251,18 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
   }
   const int64_t bytes = kN * kK * 2;
   const auto w = MakeWeights(DType::kBF16, static_cast<int>((kColdBytes + bytes - 1) / bytes));
+  std::vector<LinearWeight> packed;
+  if (path == 6) {
+    for (const auto& c : w) {
+      auto lw = LinearWeight::Create(View(DType::kBF16, c), ComputeType::kBF16,
+                                     WeightLayout::kCpuPacked);
+      if (!lw.ok() || lw->storage() != WeightStorage::kBF16Packed) {
+        state.SkipWithError("bf16 weights are not packed here (Bf16PacksHere)");
+        return;
+      }
+      packed.push_back(*lw);
+    }
+  }
   std::mt19937 rng(2);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(m * kK)), y(static_cast<size_t>(m * kN));
@@ -256,7 +272,9 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
   size_t next = 0;
   for (auto _ : state) {
     const void* wp = w[next].data();
-    if (path == 0) {
+    if (path == 6) {
+      Linear(x.data(), m, packed[next], nullptr, y.data());
+    } else if (path == 0) {
       internal::SmallBatchLinear(x.data(), m, wp, internal::GemvWeight::kBF16, kN, kK, nullptr,
                                  y.data());
     } else if (path == 5) {
@@ -285,7 +303,7 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
   ReportRates(state, m, bytes);
 }
 BENCHMARK(BM_Bf16SmallBatchPaths)
-    ->ArgsProduct({{1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128}, {0, 1, 2, 3, 4, 5}})
+    ->ArgsProduct({{1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128}, {0, 1, 2, 3, 4, 5, 6}})
     ->ArgNames({"m", "path"})
     ->UseRealTime()
     ->MinTime(0.5);
@@ -362,9 +380,11 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
     v.shape = {s[0], s[1]};
     v.data = base + offsets[i];
     v.nbytes = DTypeBytes(t, s[0] * s[1]).value();
-    auto lw = LinearWeight::Create(v, t == DType::kBF16   ? ComputeType::kBF16
-                                      : t == DType::kF32 ? ComputeType::kF32
-                                                         : ComputeType::kQuantized);
+    auto lw = LinearWeight::Create(v,
+                                   t == DType::kBF16  ? ComputeType::kBF16
+                                   : t == DType::kF32 ? ComputeType::kF32
+                                                      : ComputeType::kQuantized,
+                                   WeightLayout::kCpuPacked);
     if (!lw.ok()) {
       state.SkipWithError("LinearWeight::Create failed");
       std::free(base);

@@ -1,10 +1,13 @@
 #include "cpu_worker/ops/linear.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <random>
 #include <string>
@@ -212,33 +215,73 @@ TEST(LinearTest, Bf16MatchesReference) {
     const TestWeight w = RandomWeight(rng, s.n, s.k);
     const std::vector<float>& w_rounded = w.f32;  // the bf16 weights as f32
     auto b = RandomVec(rng, s.n);
-    auto lw = LinearWeight::Create(View(DType::kBF16, {s.n, s.k}, w.bf16.data(), s.n * s.k * 2),
-                                   ComputeType::kBF16);
-    ASSERT_TRUE(lw.ok()) << lw.status();
-    ASSERT_EQ(lw->compute_type(), widened ? ComputeType::kF32 : ComputeType::kBF16);
-    EXPECT_EQ(lw->data(), w.bf16.data()) << "bf16 weights are used in place";
-    EXPECT_EQ(lw->storage(), WeightStorage::kBF16);
-    EXPECT_EQ(lw->nbytes(), s.n * s.k * 2);
-    std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
-    const float* bias = with_bias ? b.data() : nullptr;
-    Linear(x.data(), s.m, *lw, bias, y.data());
-    if (widened) {
-      ExpectClose(x, s.m, w_rounded, s.n, s.k, bias, y, 1e-5, absl::StrCat(what, " widened"));
-      return;
+    const TensorView v = View(DType::kBF16, {s.n, s.k}, w.bf16.data(), s.n * s.k * 2);
+    for (WeightLayout layout : {WeightLayout::kInPlace, WeightLayout::kCpuPacked}) {
+      auto lw = LinearWeight::Create(v, ComputeType::kBF16, layout);
+      ASSERT_TRUE(lw.ok()) << lw.status();
+      const bool packed = layout == WeightLayout::kCpuPacked && internal::Bf16PacksHere();
+      ASSERT_EQ(lw->compute_type(), widened ? ComputeType::kF32 : ComputeType::kBF16);
+      ASSERT_EQ(lw->storage(), packed ? WeightStorage::kBF16Packed : WeightStorage::kBF16);
+      EXPECT_EQ(lw->data() == w.bf16.data(), !packed) << "bf16 weights in place unless packed";
+      EXPECT_EQ(lw->nbytes(),
+                packed ? internal::PackedBf16Bytes(s.n, s.k) : s.n * s.k * 2);
+      std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
+      const float* bias = with_bias ? b.data() : nullptr;
+      Linear(x.data(), s.m, *lw, bias, y.data());
+      const std::string name = absl::StrCat(what, packed ? " packed" : "");
+      if (widened) {
+        ExpectClose(x, s.m, w_rounded, s.n, s.k, bias, y, 1e-5, absl::StrCat(name, " widened"));
+        continue;
+      }
+      // Against the exact product of the f32 activations: bf16 rounding of x.
+      ExpectClose(x, s.m, w_rounded, s.n, s.k, bias, y, 1e-2, name);
+      // Tightly, against the product the kernel actually forms: oneDNN
+      // (larger batches, and every batch on packed weights) rounds the
+      // activations to bf16, the small-batch kernel keeps them f32. Only f32
+      // accumulation error remains.
+      std::vector<float> x_used = x;
+      if (packed || s.m > internal::SmallBatchMaxRows(ComputeType::kBF16) ||
+          internal::Bf16UsesAmxKernel(s.m, s.k) || internal::Bf16UsesDotKernel(s.m)) {
+        for (auto& v : x_used) v = Bf16ToF32(F32ToBf16(v));
+      }
+      ExpectClose(x_used, s.m, w_rounded, s.n, s.k, bias, y, 1e-5,
+                  absl::StrCat(name, " (activations as the kernel uses them)"));
     }
-    // Against the exact product of the f32 activations: bf16 rounding of x.
-    ExpectClose(x, s.m, w_rounded, s.n, s.k, bias, y, 1e-2, what);
-    // Tightly, against the product the kernel actually forms: oneDNN
-    // (larger batches) rounds the activations to bf16, the small-batch
-    // kernel keeps them f32. Only f32 accumulation error remains.
-    std::vector<float> x_used = x;
-    if (s.m > internal::SmallBatchMaxRows(ComputeType::kBF16) ||
-        internal::Bf16UsesAmxKernel(s.m, s.k) || internal::Bf16UsesDotKernel(s.m)) {
-      for (auto& v : x_used) v = Bf16ToF32(F32ToBf16(v));
-    }
-    ExpectClose(x_used, s.m, w_rounded, s.n, s.k, bias, y, 1e-5,
-                absl::StrCat(what, " (activations as the kernel uses them)"));
   });
+}
+
+// Packed bf16 weights (WeightLayout::kCpuPacked where Bf16PacksHere holds)
+// copy the checkpoint once: the copy outlives the view, and a staged copy
+// of its bytes (WithData, as the engine streams weights) computes the same.
+TEST(LinearTest, PackedBf16IsAnOwnedCopy) {
+  if (!internal::Bf16PacksHere()) {
+    GTEST_SKIP() << "bf16 weights are not packed on this CPU (no AVX512-BF16, or AMX)";
+  }
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  constexpr int64_t n = 130, k = 96, m = 3;
+  auto tw = std::make_unique<TestWeight>(RandomWeight(rng, n, k));
+  const std::vector<float> values = tw->f32;
+  auto lw = LinearWeight::Create(View(DType::kBF16, {n, k}, tw->bf16.data(), n * k * 2),
+                                 ComputeType::kBF16, WeightLayout::kCpuPacked);
+  ASSERT_TRUE(lw.ok()) << lw.status();
+  ASSERT_EQ(lw->storage(), WeightStorage::kBF16Packed);
+  EXPECT_FALSE(lw->quantized());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(lw->data()) % 64, 0u);
+  std::fill(tw->bf16.begin(), tw->bf16.end(), uint16_t{0x7fc0});  // NaN: must not be read
+  tw.reset();
+  auto x = RandomVec(rng, m * k);
+  for (auto& v : x) v = Bf16ToF32(F32ToBf16(v));
+  std::vector<float> y(static_cast<size_t>(m * n), NAN);
+  Linear(x.data(), m, *lw, nullptr, y.data());
+  ExpectClose(x, m, values, n, k, nullptr, y, 1e-5, "packed, checkpoint gone");
+  std::vector<uint8_t> staged(static_cast<size_t>(lw->nbytes()) + 64);
+  uint8_t* at = staged.data() + (64 - reinterpret_cast<uintptr_t>(staged.data()) % 64) % 64;
+  std::memcpy(at, lw->data(), static_cast<size_t>(lw->nbytes()));
+  std::vector<float> ys(static_cast<size_t>(m * n), NAN);
+  Linear(x.data(), m, lw->WithData(at), nullptr, ys.data());
+  EXPECT_EQ(std::memcmp(ys.data(), y.data(), y.size() * sizeof(float)), 0) << "staged copy";
 }
 
 TEST(LinearTest, Bf16CheckpointConvertedWhenF32Preferred) {
@@ -279,10 +322,11 @@ TEST(LinearTest, F16MatchesReference) {
     const TensorView v = View(DType::kF16, {s.n, s.k}, w.f16.data(), s.n * s.k * 2);
     const float* bias = with_bias ? b.data() : nullptr;
     for (ComputeType prefer : {ComputeType::kBF16, ComputeType::kQuantized, ComputeType::kF32}) {
-      for (F16Weights f16 : {F16Weights::kInPlace, F16Weights::kToF32}) {
-        auto lw = LinearWeight::Create(v, prefer, f16);
+      for (WeightLayout layout :
+           {WeightLayout::kInPlace, WeightLayout::kCpuPacked, WeightLayout::kForDevice}) {
+        auto lw = LinearWeight::Create(v, prefer, layout);
         ASSERT_TRUE(lw.ok()) << lw.status();
-        const bool in_place = prefer != ComputeType::kF32 && f16 == F16Weights::kInPlace &&
+        const bool in_place = prefer != ComputeType::kF32 && layout != WeightLayout::kForDevice &&
                               internal::F16WidenedInPlace();
         ASSERT_EQ(lw->compute_type(), ComputeType::kF32);
         ASSERT_EQ(lw->storage(), in_place ? WeightStorage::kF16 : WeightStorage::kF32);
@@ -529,7 +573,9 @@ TEST(LinearTest, RowResultDoesNotDependOnBatch) {
                                      ComputeType::kBF16);
     auto lwh = LinearWeight::Create(View(DType::kF16, {n, k}, w.f16.data(), n * k * 2),
                                     ComputeType::kBF16);
-    ASSERT_TRUE(lw32.ok() && lw16.ok() && lwh.ok());
+    auto lwp = LinearWeight::Create(View(DType::kBF16, {n, k}, w.bf16.data(), n * k * 2),
+                                    ComputeType::kBF16, WeightLayout::kCpuPacked);
+    ASSERT_TRUE(lw32.ok() && lw16.ok() && lwh.ok() && lwp.ok());
     // One way of computing a batch, and the batch sizes [lo, hi] it gives a
     // row the same result for.
     struct Path {
@@ -552,6 +598,17 @@ TEST(LinearTest, RowResultDoesNotDependOnBatch) {
       paths.push_back({"bf16 dot kernel", 1, internal::kBf16DotMaxRows + 3,
                        [&w, &b, n, k](const float* x, int64_t m, float* y) {
                          internal::Bf16DotLinear(x, m, w.bf16.data(), n, k, b.data(), y);
+                       }});
+    }
+    if (lwp->storage() == WeightStorage::kBF16Packed) {
+      // Every batch: exact sizes up to kPackedExactRows, rounded ones past
+      // it; even batches on one thread, odd ones on all of them.
+      paths.push_back({"Linear packed bf16", 1, 3 * internal::kPackedExactRows,
+                       [&lwp, &b](const float* x, int64_t m, float* y) {
+                         const int all = omp_get_max_threads();
+                         if (m % 2 == 0) omp_set_num_threads(1);
+                         Linear(x, m, *lwp, b.data(), y);
+                         omp_set_num_threads(all);
                        }});
     }
     for (const LinearWeight* lw : {&*lw32, &*lw16, &*lwh}) {

@@ -18,8 +18,13 @@
 namespace tandem::ops::internal {
 namespace {
 
-// m, n, k, type, bias, weight as source (then m is the primitive's N).
-using Key = std::tuple<int64_t, int64_t, int64_t, int, bool, bool>;
+// How the operands are laid out: x · w^T with w [n, k] row-major, its
+// transpose w · x^T with the weight as source (then m is the primitive's
+// N), or x · w^T with w packed by PackBf16.
+enum class Form { kPlain, kWeightAsSrc, kPacked };
+
+// m, n, k, type, bias, form.
+using Key = std::tuple<int64_t, int64_t, int64_t, int, bool, Form>;
 
 struct Entry {
   dnnl::matmul prim;
@@ -69,16 +74,22 @@ const dnnl::engine& Engine() {
 // The memory descriptors of src, weights and dst. Normally src is x [m, k]
 // and the weight, [n, k] row-major, is the [k, n] matrix in column-major
 // order. With the weight as source: src is w [n, k], the weights operand
-// is x^T ([k, m], x row-major) and dst is y^T [n, m].
+// is x^T ([k, m], x row-major) and dst is y^T [n, m]. Packed: the weight is
+// the [k, n] matrix in the blocked layout BA16a64b2a.
 struct Descs {
   dnnl::memory::desc src, wei, dst;
 };
 
-Descs MakeDescs(int64_t m, int64_t n, int64_t k, MatmulType type, bool weight_as_src) {
+Descs MakeDescs(int64_t m, int64_t n, int64_t k, MatmulType type, Form form) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   const dt in = type == MatmulType::kBF16 ? dt::bf16 : dt::f32;
-  if (weight_as_src) {
+  if (form == Form::kPacked) {
+    return {dnnl::memory::desc({m, k}, in, tag::ab),
+            dnnl::memory::desc({k, n}, in, tag::BA16a64b2a),
+            dnnl::memory::desc({m, n}, dt::f32, tag::ab)};
+  }
+  if (form == Form::kWeightAsSrc) {
     return {dnnl::memory::desc({n, k}, in, tag::ab), dnnl::memory::desc({k, m}, in, tag::ba),
             dnnl::memory::desc({n, m}, dt::f32, tag::ab)};
   }
@@ -87,11 +98,11 @@ Descs MakeDescs(int64_t m, int64_t n, int64_t k, MatmulType type, bool weight_as
 }
 
 std::shared_ptr<const Entry> CreateEntry(int64_t m, int64_t n, int64_t k, MatmulType type,
-                                         bool has_bias, bool weight_as_src) {
+                                         bool has_bias, Form form) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   try {
-    const Descs d = MakeDescs(m, n, k, type, weight_as_src);
+    const Descs d = MakeDescs(m, n, k, type, form);
     const dnnl::memory::desc& src_md = d.src;
     const dnnl::memory::desc& wei_md = d.wei;
     const dnnl::memory::desc& dst_md = d.dst;
@@ -115,8 +126,8 @@ std::shared_ptr<const Entry> CreateEntry(int64_t m, int64_t n, int64_t k, Matmul
 }
 
 std::shared_ptr<const Entry> GetEntry(int64_t m, int64_t n, int64_t k, MatmulType type,
-                                      bool has_bias, bool weight_as_src = false) {
-  const Key key(m, n, k, static_cast<int>(type), has_bias, weight_as_src);
+                                      bool has_bias, Form form = Form::kPlain) {
+  const Key key(m, n, k, static_cast<int>(type), has_bias, form);
   Cache& cache = GetCache();
   {
     std::lock_guard<std::mutex> lock(cache.mu);
@@ -125,7 +136,7 @@ std::shared_ptr<const Entry> GetEntry(int64_t m, int64_t n, int64_t k, MatmulTyp
   }
   // Built outside the lock: creation can take a while and two threads racing
   // on the same key just build it twice.
-  std::shared_ptr<const Entry> entry = CreateEntry(m, n, k, type, has_bias, weight_as_src);
+  std::shared_ptr<const Entry> entry = CreateEntry(m, n, k, type, has_bias, form);
   std::lock_guard<std::mutex> lock(cache.mu);
   if (cache.map.size() >= kOnednnMatmulCacheLimit) cache.map.clear();
   auto [it, inserted] = cache.map.emplace(key, std::move(entry));
@@ -145,10 +156,10 @@ ThreadState& GetThreadState() {
   return state;
 }
 
-// Runs `entry`, made by CreateEntry(m, n, k, type, ..., weight_as_src), on
-// src, weights and dst (its operands, so swapped for weight_as_src).
+// Runs `entry`, made by CreateEntry(m, n, k, type, ..., form), on src,
+// weights and dst (its operands, so swapped for Form::kWeightAsSrc).
 void Execute(const Entry& entry, int64_t m, int64_t n, int64_t k, MatmulType type,
-             bool weight_as_src, const void* src, const void* wei, float* dst, const float* bias) {
+             Form form, const void* src, const void* wei, float* dst, const float* bias) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   ThreadState& ts = GetThreadState();
@@ -156,7 +167,7 @@ void Execute(const Entry& entry, int64_t m, int64_t n, int64_t k, MatmulType typ
   try {
     const dnnl::engine& eng = Engine();
     if (!ts.stream) ts.stream = std::make_unique<dnnl::stream>(eng);
-    const Descs d = MakeDescs(m, n, k, type, weight_as_src);
+    const Descs d = MakeDescs(m, n, k, type, form);
     // oneDNN takes non-const handles; it does not write src/weights/bias.
     std::unordered_map<int, dnnl::memory> args = {
         {DNNL_ARG_SRC, dnnl::memory(d.src, eng, const_cast<void*>(src))},
@@ -187,7 +198,7 @@ void OnednnMatmul(const void* x, int64_t m, const void* w, int64_t n, int64_t k,
   TANDEM_CHECK(w != nullptr && y != nullptr);
   if (m == 0) return;
   std::shared_ptr<const Entry> entry = GetEntry(m, n, k, type, bias != nullptr);
-  Execute(*entry, m, n, k, type, /*weight_as_src=*/false, x, w, y, bias);
+  Execute(*entry, m, n, k, type, Form::kPlain, x, w, y, bias);
 }
 
 void OnednnMatmulWeightAsSrc(const uint16_t* x, int64_t m, int64_t cols, const uint16_t* w,
@@ -198,10 +209,10 @@ void OnednnMatmulWeightAsSrc(const uint16_t* x, int64_t m, int64_t cols, const u
   if (m == 0) return;
   // The bias is added below, per row of y^T (oneDNN's bias runs along N).
   std::shared_ptr<const Entry> entry =
-      GetEntry(cols, n, k, MatmulType::kBF16, /*has_bias=*/false, /*weight_as_src=*/true);
+      GetEntry(cols, n, k, MatmulType::kBF16, /*has_bias=*/false, Form::kWeightAsSrc);
   std::vector<float>& yt = GetThreadState().yt;
   if (static_cast<int64_t>(yt.size()) < n * cols) yt.resize(static_cast<size_t>(n * cols));
-  Execute(*entry, cols, n, k, MatmulType::kBF16, /*weight_as_src=*/true, w, x, yt.data(), nullptr);
+  Execute(*entry, cols, n, k, MatmulType::kBF16, Form::kWeightAsSrc, w, x, yt.data(), nullptr);
   // y = (y^T)^T + bias, in blocks of 64 outputs: their y^T rows (64 lines)
   // stay in L1 while each row of y is written contiguously.
   constexpr int64_t kBlock = 64;
@@ -218,10 +229,49 @@ void OnednnMatmulWeightAsSrc(const uint16_t* x, int64_t m, int64_t cols, const u
   }
 }
 
+int64_t PackedBf16Bytes(int64_t n, int64_t k) {
+  TANDEM_CHECK(n > 0 && k > 0);
+  try {
+    const Descs d = MakeDescs(1, n, k, MatmulType::kBF16, Form::kPacked);
+    return static_cast<int64_t>(d.wei.get_size());
+  } catch (const dnnl::error& e) {
+    DnnlFailed("packed weight size", e);
+  }
+}
+
+void PackBf16(const uint16_t* w, int64_t n, int64_t k, void* packed) {
+  TANDEM_CHECK(w != nullptr && packed != nullptr && n > 0 && k > 0);
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  try {
+    const dnnl::engine& eng = Engine();
+    ThreadState& ts = GetThreadState();
+    if (!ts.stream) ts.stream = std::make_unique<dnnl::stream>(eng);
+    // The row-major [n, k] weight is the [k, n] matrix in column-major order.
+    dnnl::memory src({{k, n}, dt::bf16, tag::ba}, eng, const_cast<uint16_t*>(w));
+    dnnl::memory dst(MakeDescs(1, n, k, MatmulType::kBF16, Form::kPacked).wei, eng, packed);
+    dnnl::reorder(src, dst).execute(*ts.stream, src, dst);
+    ts.stream->wait();
+  } catch (const dnnl::error& e) {
+    DnnlFailed("weight packing", e);
+  }
+}
+
+void OnednnMatmulPacked(const uint16_t* x, int64_t m, const void* packed, int64_t n, int64_t k,
+                        const float* bias, float* y) {
+  TANDEM_CHECK(m >= 0 && n > 0 && k > 0);
+  TANDEM_CHECK(x != nullptr || m == 0);
+  TANDEM_CHECK(packed != nullptr && y != nullptr);
+  if (m == 0) return;
+  std::shared_ptr<const Entry> entry =
+      GetEntry(m, n, k, MatmulType::kBF16, bias != nullptr, Form::kPacked);
+  Execute(*entry, m, n, k, MatmulType::kBF16, Form::kPacked, x, packed, y, bias);
+}
+
 bool OnednnBf16UsesAmx() {
   static const bool amx = [] {
     try {
-      const Descs d = MakeDescs(64, 64, 64, MatmulType::kBF16, /*weight_as_src=*/false);
+      const Descs d = MakeDescs(64, 64, 64, MatmulType::kBF16, Form::kPlain);
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.src, d.wei, d.dst), Engine());
       return std::string(pd.impl_info_str()).find("amx") != std::string::npos;
     } catch (const dnnl::error&) {

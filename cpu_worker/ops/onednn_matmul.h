@@ -32,6 +32,25 @@ void OnednnMatmul(const void* x, int64_t m, const void* w, int64_t n, int64_t k,
 void OnednnMatmulWeightAsSrc(const uint16_t* x, int64_t m, int64_t cols, const uint16_t* w,
                              int64_t n, int64_t k, const float* bias, float* y);
 
+// bf16 weights in oneDNN's blocked layout BA16a64b2a: the [k, n] weight in
+// blocks of 32 inputs by 64 outputs, each block's inputs in pairs (the
+// operand layout of vdpbf16ps), k and n zero-padded to whole blocks. Its
+// GEMM kernels stream such a weight in address order, so it reads close to
+// the memory's bandwidth at one row and keeps computing at its bf16 rate
+// at 16 and more, where the in-place kernels read [n, k] rows
+// (linear.h: WeightStorage::kBF16Packed says how much faster).
+// Bytes of an [n, k] weight in that layout.
+int64_t PackedBf16Bytes(int64_t n, int64_t k);
+// Writes the row-major bf16 [n, k] weight `w` to `packed` (PackedBf16Bytes
+// bytes, 64-byte aligned) in that layout.
+void PackBf16(const uint16_t* w, int64_t n, int64_t k, void* packed);
+// y[m, n] = x[m, k] · w^T (+ bias[n]) for bf16 x and a weight packed by
+// PackBf16. A row's result is the same bits whatever m and the thread count
+// (linear_test.cc checks it for m = 1 to 48 and 1 or 2 threads; oneDNN does
+// not document it), so callers need not pad m to fixed sizes for that.
+void OnednnMatmulPacked(const uint16_t* x, int64_t m, const void* packed, int64_t n, int64_t k,
+                        const float* bias, float* y);
+
 // True if oneDNN runs bf16 GEMMs on AMX here (the CPU has it and
 // ONEDNN_MAX_CPU_ISA does not rule it out). Probed once.
 bool OnednnBf16UsesAmx();

@@ -228,7 +228,8 @@ absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n,
   }
   std::vector<float> wf(static_cast<size_t>(n * k));
   FillValues(wf.data(), n * k);
-  // The weight bytes in the kind's storage; LinearWeight uses them in place.
+  // The weight bytes in the kind's storage; LinearWeight uses them as the
+  // engine's host device does (bf16 packed where that is faster).
   const DType dtype = kind == GemmKind::kF32    ? DType::kF32
                       : kind == GemmKind::kBF16 ? DType::kBF16
                                                 : DType::kQ8_0;
@@ -241,7 +242,8 @@ absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n,
       ops::LinearWeight::Create(View(dtype, n, k, wbytes.data(), nbytes),
                                 kind == GemmKind::kF32    ? ops::ComputeType::kF32
                                 : kind == GemmKind::kBF16 ? ops::ComputeType::kBF16
-                                                          : ops::ComputeType::kQuantized));
+                                                          : ops::ComputeType::kQuantized,
+                                ops::WeightLayout::kCpuPacked));
 
   GemmMeasurement r;
   r.m = m;
@@ -252,7 +254,9 @@ absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n,
       r.path = "ops::Linear, f32 weights (oneDNN f32 GEMM)";
       break;
     case GemmKind::kBF16:
-      r.path = lw.compute_type() == ops::ComputeType::kBF16
+      r.path = lw.storage() == ops::WeightStorage::kBF16Packed
+                   ? "ops::Linear, bf16 weights packed (oneDNN bf16 GEMM: AVX512-BF16)"
+               : lw.compute_type() == ops::ComputeType::kBF16
                    ? "ops::Linear, bf16 weights (oneDNN bf16 GEMM: AVX512-BF16/AMX)"
                    : "ops::Linear, bf16 weights widened to f32 (no AVX512-BF16)";
       break;

@@ -163,7 +163,11 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(r.model.costs,
                           ComputeModelCosts(engine->checkpoint(), engine->weights()));
   const std::string& st = r.model.costs.weight_storage;
-  if (st == "f32" || (st == "bf16" && ops::CpuHasBf16())) {
+  const bool packed = !engine->weights().layers.empty() &&
+                      engine->weights().layers[0].q.storage() == ops::WeightStorage::kBF16Packed;
+  if (packed) {
+    r.model.compute = "bf16, packed for oneDNN's GEMM at load";
+  } else if (st == "f32" || (st == "bf16" && ops::CpuHasBf16())) {
     r.model.compute = st;
   } else if (st == "bf16" || st == "f16") {
     r.model.compute = absl::StrCat(st, " widened to f32");

@@ -27,6 +27,7 @@ const char* StorageName(ops::WeightStorage s) {
     case ops::WeightStorage::kF32:
       return "f32";
     case ops::WeightStorage::kBF16:
+    case ops::WeightStorage::kBF16Packed:  // bench_runner.cc names the packing
       return "bf16";
     case ops::WeightStorage::kF16:
       return "f16";

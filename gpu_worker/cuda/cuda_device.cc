@@ -160,13 +160,19 @@ absl::Status CudaDevice::AddLinear(const ops::LinearWeight& w) {
                                            cudaMemcpyHostToDevice));
   } else if (w.storage() == ops::WeightStorage::kF16) {
     // f16 has no GEMM here: widened to f32 (exact), as the engine's own
-    // f16 weights are for this device (ops::F16Weights::kToF32).
+    // f16 weights are for this device (ops::WeightLayout::kForDevice).
     d.type = ActType::kF32;
     std::vector<float> f(elems);
     ConvertToF32(DType::kF16, w.data(), static_cast<int64_t>(elems), f.data());
     TANDEM_ASSIGN_OR_RETURN(d.data, DeviceBuffer::Allocate(elems * 4));
     TANDEM_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(d.data.data(), f.data(), elems * 4, cudaMemcpyHostToDevice));
+  } else if (w.storage() == ops::WeightStorage::kBF16Packed) {
+    // The CPU's blocked layout: the engine packs only the host device's
+    // weights (ops::WeightLayout::kCpuPacked).
+    return absl::FailedPreconditionError(absl::StrCat(
+        name(), ": a [", w.rows(), ", ", w.cols(), "] bf16 weight packed for the CPU; load "
+        "weights for this device with ops::WeightLayout::kForDevice"));
   } else {
     // GGUF blocks: dequantized row by row, rounded to bf16.
     d.type = ActType::kBF16;
@@ -312,12 +318,13 @@ absl::StatusOr<CudaDevice::LinearView> CudaDevice::Find(const ops::LinearWeight&
     return absl::UnimplementedError(
         absl::StrCat(name(), ": a staged weight in GGUF blocks (only bf16 and f32 run in place)"));
   }
-  if (w.storage() == ops::WeightStorage::kF16) {
-    // The engine loads f16 checkpoints as f32 for this device
-    // (ops::F16Weights::kToF32); f16 bytes here would be read as bf16.
+  if (w.storage() == ops::WeightStorage::kF16 || w.storage() == ops::WeightStorage::kBF16Packed) {
+    // The engine loads f16 checkpoints as f32, and bf16 unpacked, for this device
+    // (ops::WeightLayout::kForDevice): f16 bytes here would be read as bf16,
+    // packed ones as rows.
     return absl::FailedPreconditionError(absl::StrCat(
-        name(), ": a staged f16 weight; load f16 checkpoints with ops::F16Weights::kToF32 "
-                "for this device"));
+        name(), ": a staged f16 or packed bf16 weight; load weights for this device with "
+                "ops::WeightLayout::kForDevice"));
   }
   return LinearView{w.data(),
                     w.storage() == ops::WeightStorage::kF32 ? ActType::kF32 : ActType::kBF16,

@@ -31,6 +31,7 @@ class CudaDevice final : public Device {
 
   std::string name() const override;
   bool host_memory() const override { return false; }
+  ops::WeightLayout weight_layout() const override { return ops::WeightLayout::kForDevice; }
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override;
   absl::Status CopyToHost(const void* src, size_t bytes, void* dst) override;
   absl::Status CopyToDevice(const void* src, size_t bytes, void* dst) override;

@@ -84,6 +84,11 @@ class Device {
   // place, else through host copies, and waits for the device's queued ops
   // before a tensor-parallel sum and before a staging buffer is refilled.
   virtual bool host_memory() const = 0;
+  // How the engine loads the weights this device computes with
+  // (ops::WeightLayout): the host device's CPU kernels take bf16 weights
+  // packed for them; a device that copies the row-major bytes and computes
+  // f32 and bf16 weights only (CUDA) asks for kForDevice.
+  virtual ops::WeightLayout weight_layout() const = 0;
 
   // Zeroed memory. ResourceExhausted when the device has no more.
   virtual absl::StatusOr<DeviceMemory> Allocate(size_t bytes) = 0;

@@ -75,13 +75,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
       e->experts_skipped_ = true;
     }
   }
-  // A device without host memory (CUDA) computes f32 and bf16 weights only:
-  // f16 checkpoints are widened to f32 at load for it, as before.
+  // The device says who reads the weights' bytes: the host device's CPU
+  // kernels only (bf16 packed for them where that is faster), or the CUDA
+  // device, which copies the row-major bytes and computes f32 and bf16
+  // weights only (f16 checkpoints widened to f32 at load for it).
   TANDEM_ASSIGN_OR_RETURN(
-      e->weights_,
-      ModelWeights::Load(*ckpt, options.compute, tp, options.remote_experts, options.cpu_ffn_rows,
-                         e->dev_->host_memory() ? ops::F16Weights::kInPlace
-                                                : ops::F16Weights::kToF32));
+      e->weights_, ModelWeights::Load(*ckpt, options.compute, tp, options.remote_experts,
+                                      options.cpu_ffn_rows, e->dev_->weight_layout()));
   TANDEM_RETURN_IF_ERROR(e->SetPrefillGpuTokens(options.prefill_gpu_tokens));
   e->max_context_ = options.max_context > 0 ? options.max_context
                                             : std::min<int64_t>(c.max_position, 8192);

@@ -30,9 +30,9 @@ absl::StatusOr<std::vector<float>> LoadVector(const Checkpoint& ckpt, const std:
 // single rank every weight is used whole, exactly as without sharding.
 class ShardLoader {
  public:
-  ShardLoader(const Checkpoint& ckpt, ops::ComputeType prefer, ops::F16Weights f16,
+  ShardLoader(const Checkpoint& ckpt, ops::ComputeType prefer, ops::WeightLayout layout,
               const TensorParallel& tp, ShardStorage& storage)
-      : ckpt_(ckpt), prefer_(prefer), f16_(f16), tp_(tp), storage_(storage) {}
+      : ckpt_(ckpt), prefer_(prefer), layout_(layout), tp_(tp), storage_(storage) {}
 
   bool sharded() const { return tp_.size > 1; }
   const TensorParallel& tp() const { return tp_; }
@@ -41,21 +41,21 @@ class ShardLoader {
   absl::StatusOr<ops::LinearWeight> Whole(const std::string& name,
                                           std::optional<ops::ComputeType> prefer = {}) const {
     TANDEM_ASSIGN_OR_RETURN(TensorView t, ckpt_.Tensor(name));
-    return ops::LinearWeight::Create(t, prefer.value_or(prefer_), f16_);
+    return ops::LinearWeight::Create(t, prefer.value_or(prefer_), layout_);
   }
   // Column-parallel: output rows [begin, begin + count).
   absl::StatusOr<ops::LinearWeight> Rows(const TensorView& t, int64_t begin,
                                          int64_t count) const {
-    if (!sharded()) return ops::LinearWeight::Create(t, prefer_, f16_);
+    if (!sharded()) return ops::LinearWeight::Create(t, prefer_, layout_);
     TANDEM_ASSIGN_OR_RETURN(TensorView s, SliceRows(t, begin, count));
-    return ops::LinearWeight::Create(s, prefer_, f16_);
+    return ops::LinearWeight::Create(s, prefer_, layout_);
   }
   // Row-parallel: input columns [begin, begin + count).
   absl::StatusOr<ops::LinearWeight> Cols(const TensorView& t, int64_t begin,
                                          int64_t count) const {
-    if (!sharded()) return ops::LinearWeight::Create(t, prefer_, f16_);
+    if (!sharded()) return ops::LinearWeight::Create(t, prefer_, layout_);
     TANDEM_ASSIGN_OR_RETURN(TensorView s, SliceCols(t, begin, count, storage_));
-    return ops::LinearWeight::Create(s, prefer_, f16_);
+    return ops::LinearWeight::Create(s, prefer_, layout_);
   }
   // Elements [begin, begin + count) of a vector of `expect` elements, as f32.
   absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t expect,
@@ -116,9 +116,9 @@ class ShardLoader {
       TANDEM_ASSIGN_OR_RETURN(TensorView gs, SliceRows(g, begin, count));
       TANDEM_ASSIGN_OR_RETURN(TensorView us, SliceRows(u, begin, count));
       TANDEM_ASSIGN_OR_RETURN(TensorView ds, SliceCols(d, begin, count, storage_));
-      TANDEM_ASSIGN_OR_RETURN(m.gate, ops::LinearWeight::Create(gs, prefer_, f16_));
-      TANDEM_ASSIGN_OR_RETURN(m.up, ops::LinearWeight::Create(us, prefer_, f16_));
-      TANDEM_ASSIGN_OR_RETURN(m.down, ops::LinearWeight::Create(ds, prefer_, f16_));
+      TANDEM_ASSIGN_OR_RETURN(m.gate, ops::LinearWeight::Create(gs, prefer_, layout_));
+      TANDEM_ASSIGN_OR_RETURN(m.up, ops::LinearWeight::Create(us, prefer_, layout_));
+      TANDEM_ASSIGN_OR_RETURN(m.down, ops::LinearWeight::Create(ds, prefer_, layout_));
       return m;
     };
     TANDEM_ASSIGN_OR_RETURN(MlpWeights device, part(0, n));
@@ -138,7 +138,7 @@ class ShardLoader {
  private:
   const Checkpoint& ckpt_;
   ops::ComputeType prefer_;
-  ops::F16Weights f16_;
+  ops::WeightLayout layout_;
   TensorParallel tp_;
   ShardStorage& storage_;
 };
@@ -222,12 +222,12 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, ops::Com
                                                const TensorParallel& tp,
                                                const std::vector<std::vector<int32_t>>& skip_experts,
                                                const std::vector<int64_t>& cpu_ffn_rows,
-                                               ops::F16Weights f16) {
+                                               ops::WeightLayout layout) {
   const ModelConfig& c = ckpt.config();
   TANDEM_RETURN_IF_ERROR(CheckTensorParallel(c, tp));
   ModelWeights w;
   w.shard_storage = std::make_shared<ShardStorage>();
-  const ShardLoader loader(ckpt, prefer, f16, tp, *w.shard_storage);
+  const ShardLoader loader(ckpt, prefer, layout, tp, *w.shard_storage);
   TANDEM_ASSIGN_OR_RETURN(w.token_embd, ckpt.Tensor("token_embd.weight"));
   TANDEM_ASSIGN_OR_RETURN(w.output_norm, LoadVector(ckpt, "output_norm.weight", c.hidden_size));
   const char* head = ckpt.HasTensor("output.weight") ? "output.weight" : "token_embd.weight";

@@ -61,12 +61,13 @@ struct ModelWeights {
   // `cpu_ffn_rows[l]` > 0 splits dense layer l's MLP: that many of its
   // last intermediate rows go to mlp_cpu (a multiple of 32 for GGUF
   // blocks, less than the intermediate size; single rank only).
-  // `f16` says where f16 weights live (ops::F16Weights).
+  // `layout` says who reads the weights' bytes, and so whether f16 weights
+  // stay in place and bf16 weights are packed (ops::WeightLayout).
   static absl::StatusOr<ModelWeights> Load(const Checkpoint& ckpt, ops::ComputeType prefer,
                                            const TensorParallel& tp = {},
                                            const std::vector<std::vector<int32_t>>& skip_experts = {},
                                            const std::vector<int64_t>& cpu_ffn_rows = {},
-                                           ops::F16Weights f16 = ops::F16Weights::kInPlace);
+                                           ops::WeightLayout layout = ops::WeightLayout::kInPlace);
 };
 
 }  // namespace tandem

@@ -18,6 +18,7 @@ class HostDevice : public Device {
  public:
   std::string name() const override { return "host"; }
   bool host_memory() const override { return true; }
+  ops::WeightLayout weight_layout() const override { return ops::WeightLayout::kCpuPacked; }
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override;
   absl::Status CopyToHost(const void* src, size_t bytes, void* dst) override;
   absl::Status CopyToDevice(const void* src, size_t bytes, void* dst) override;
