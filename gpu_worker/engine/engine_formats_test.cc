@@ -120,7 +120,10 @@ TEST_P(EngineFormats, QuantizedGgufComputesAsDequantized) {
 // f16 weights, in a Hugging Face float16 directory and in a GGUF F16 file,
 // compute as exactly their f32 values: in place, widened where they are
 // used, where the CPU has AVX2 (else converted at load); only the order of
-// f32 sums differs from the f32 checkpoint's.
+// f32 sums differs from the f32 checkpoint's. That difference reached
+// 1.1-1.3e-5 of the largest logit in 3 of 150 seeds on qwen2_moe (whose
+// shared expert's sigmoid gate and larger sums amplify it), so the bound is
+// 5e-5; f16 bits read as bf16, or a wrong row, are off by 1e-2 and more.
 TEST_P(EngineFormats, F16ComputesAsItsF32Values) {
   const auto widened = [](const std::vector<testing::TestTensor>& f16) {
     std::vector<testing::TestTensor> f32;
@@ -157,7 +160,7 @@ TEST_P(EngineFormats, F16ComputesAsItsF32Values) {
                                 : ops::WeightStorage::kF32)
         << f16_path;
     const auto b = AllLogits(f32_path, prompt_);
-    EXPECT_LT(testing::MaxRelativeError(a, b), 1e-5)
+    EXPECT_LT(testing::MaxRelativeError(a, b), 5e-5)
         << f16_path << " seed " << seed_;
   }
 }
