@@ -308,6 +308,40 @@ BENCHMARK(BM_Bf16SmallBatchPaths)
     ->UseRealTime()
     ->MinTime(0.5);
 
+// The fixed cost of one Linear call: one row through a 64 x 64 weight,
+// from L1, per storage (arg: 0 f32, 1 bf16 as the engine holds it, packed
+// where Bf16PacksHere holds). A decode step makes about 7 calls a dense
+// layer and 11 a MoE layer with 2 experts per token.
+void BM_LinearCallOverhead(benchmark::State& state) {
+  constexpr int64_t kDim = 64;
+  const DType t = state.range(0) == 0 ? DType::kF32 : DType::kBF16;
+  const std::vector<float> wf = NormalInput(kDim * kDim);
+  std::vector<uint8_t> wb(static_cast<size_t>(DTypeBytes(t, kDim * kDim).value()));
+  QuantizeFromF32(t, wf.data(), kDim * kDim, wb.data());
+  TensorView v;
+  v.name = "overhead";
+  v.dtype = t;
+  v.shape = {kDim, kDim};
+  v.data = wb.data();
+  v.nbytes = static_cast<int64_t>(wb.size());
+  auto lw = LinearWeight::Create(
+      v, t == DType::kF32 ? ComputeType::kF32 : ComputeType::kBF16, WeightLayout::kCpuPacked);
+  if (!lw.ok()) {
+    state.SkipWithError("LinearWeight::Create failed");
+    return;
+  }
+  const std::vector<float> x = NormalInput(kDim);
+  std::vector<float> y(kDim);
+  for (auto _ : state) {
+    Linear(x.data(), 1, *lw, nullptr, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(lw->storage() == WeightStorage::kBF16Packed ? "bf16 packed"
+                 : t == DType::kF32                          ? "f32"
+                                                             : "bf16");
+}
+BENCHMARK(BM_LinearCallOverhead)->ArgName("bf16")->Arg(0)->Arg(1)->UseRealTime();
+
 // Read bandwidth: all threads sum disjoint slices of a kColdBytes buffer,
 // each its slice as 1 or 8 sequential streams side by side (the GEMV
 // kernels stream 4-8 weight rows at once).
