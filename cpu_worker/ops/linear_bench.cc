@@ -53,11 +53,12 @@ std::vector<std::vector<uint8_t>> MakeWeights(DType t, int copies) {
   return w;
 }
 
-TensorView View(DType t, const std::vector<uint8_t>& data) {
+// `data` as an [n, k] weight of dtype t.
+TensorView View(DType t, const std::vector<uint8_t>& data, int64_t n = kN, int64_t k = kK) {
   TensorView v;
   v.name = "bench";
   v.dtype = t;
-  v.shape = {kN, kK};
+  v.shape = {n, k};
   v.data = data.data();
   v.nbytes = static_cast<int64_t>(data.size());
   return v;
@@ -318,14 +319,9 @@ void BM_LinearCallOverhead(benchmark::State& state) {
   const std::vector<float> wf = NormalInput(kDim * kDim);
   std::vector<uint8_t> wb(static_cast<size_t>(DTypeBytes(t, kDim * kDim).value()));
   QuantizeFromF32(t, wf.data(), kDim * kDim, wb.data());
-  TensorView v;
-  v.name = "overhead";
-  v.dtype = t;
-  v.shape = {kDim, kDim};
-  v.data = wb.data();
-  v.nbytes = static_cast<int64_t>(wb.size());
-  auto lw = LinearWeight::Create(
-      v, t == DType::kF32 ? ComputeType::kF32 : ComputeType::kBF16, WeightLayout::kCpuPacked);
+  auto lw = LinearWeight::Create(View(t, wb, kDim, kDim),
+                                 t == DType::kF32 ? ComputeType::kF32 : ComputeType::kBF16,
+                                 WeightLayout::kCpuPacked);
   if (!lw.ok()) {
     state.SkipWithError("LinearWeight::Create failed");
     return;
