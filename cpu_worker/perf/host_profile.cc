@@ -6,16 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
+#include "common/host_memory.h"
 #include "common/status_macros.h"
 #include "cpu_worker/kv/cpu_kv_cache.h"
 #include "cpu_worker/ops/attention.h"
@@ -123,16 +121,6 @@ std::string HostName() {
   return host;
 }
 
-// A number of bytes from a one-value file (cgroup limits); 0 if absent,
-// unreadable or "max" (no limit).
-int64_t ReadLimitFile(const char* path) {
-  std::ifstream in(path);
-  std::string s;
-  if (!(in >> s)) return 0;
-  int64_t v = 0;
-  return absl::SimpleAtoi(s, &v) && v > 0 ? v : 0;
-}
-
 }  // namespace
 
 HostProfileOptions QuickHostProfileOptions() {
@@ -153,25 +141,12 @@ HostProfileOptions QuickHostProfileOptions() {
 }
 
 int64_t HostMemoryBytes() {
-  int64_t total = 0;
-  std::ifstream in("/proc/meminfo");
-  for (std::string line; std::getline(in, line);) {
-    absl::string_view rest(line);
-    if (!absl::ConsumePrefix(&rest, "MemTotal:")) continue;
-    rest = absl::StripAsciiWhitespace(rest);
-    absl::ConsumeSuffix(&rest, "kB");
-    int64_t kb = 0;
-    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(rest), &kb) && kb > 0) total = kb * 1024;
-    break;
-  }
   // A container sees the host's MemTotal; what it may use is its cgroup's
-  // limit (v2, then v1, whose "unlimited" is a huge number min() discards).
-  for (const char* limit_file :
-       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
-    const int64_t limit = ReadLimitFile(limit_file);
-    if (limit > 0) total = total > 0 ? std::min(total, limit) : limit;
-  }
-  return total;
+  // limit.
+  const int64_t total = MeminfoBytes("MemTotal");
+  const int64_t limit = CgroupLimitBytes();
+  if (limit <= 0) return total;
+  return total > 0 ? std::min(total, limit) : limit;
 }
 
 absl::StatusOr<HardwareProfile> MeasureHostProfile(const HostProfileOptions& o) {
