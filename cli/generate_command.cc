@@ -177,6 +177,9 @@ absl::Status Run(const GenerateOptions& o) {
   }
   TANDEM_ASSIGN_OR_RETURN(eo.device, DeviceFactoryFor(o.device));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
+  if (!engine->load_notice().empty()) {
+    std::fprintf(stderr, "tandem generate: %s\n", engine->load_notice().c_str());
+  }
 
   // Routed experts placed on the CPU, and with --cpu-attention worker the
   // sequence's attention and KV, run in a cpu_worker child process reached

@@ -153,6 +153,7 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   eo.weight_budget_bytes = o.weight_budget_bytes;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
   r.model.load_seconds = Since(t0);
+  if (!engine->load_notice().empty()) say(engine->load_notice());
   r.model.device = o.device_name;
   if (engine->weight_pager() != nullptr) {
     for (const StreamedLayer& l : engine->weight_pager()->layers()) {

@@ -90,6 +90,13 @@ struct EngineOptions {
   // whose per-layer plan covers all of a step's tokens at once (Klotski's n
   // batches sharing every loaded expert).
   int64_t micro_batch_size = 0;
+  // Memory the load may take for packed copies of bf16 weights (the host
+  // device's ops::WeightLayout::kCpuPacked); -1 asks the machine
+  // (AvailableMemoryBytes, common/host_memory.h). Where the copies would
+  // take more than 90 % of it, the weights stay where the model file maps
+  // them (decode of many sequences then runs slower, but a model that fits
+  // only as its file's page cache still loads), and load_notice() says so.
+  int64_t available_memory_bytes = -1;
 };
 
 // One sequence's part of a step.
@@ -179,6 +186,9 @@ class Engine {
   const Device& device() const { return *dev_; }
   const Checkpoint& checkpoint() const { return *ckpt_; }
   const ModelWeights& weights() const { return weights_; }
+  // What the load chose that the user should hear of (bf16 weights left
+  // unpacked for want of memory); empty when nothing.
+  const std::string& load_notice() const { return load_notice_; }
   int64_t max_context() const { return max_context_; }
   // Blocks of the engine's own KV cache not held by any sequence.
   int64_t free_kv_blocks() const { return kv_->free_blocks(); }
@@ -275,6 +285,7 @@ class Engine {
   std::unique_ptr<Device> own_device_;  // before what it allocates: released after it
   Device* dev_ = nullptr;
   ModelWeights weights_;
+  std::string load_notice_;
   std::unique_ptr<KvCache> kv_;
   std::vector<float> inv_freq_;
   int64_t max_context_ = 0;

@@ -7,8 +7,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_schema.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
+#include "cpu_worker/ops/onednn_matmul.h"
 
 namespace tandem {
 namespace {
@@ -246,6 +248,22 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, ops::Com
     w.layers.push_back(std::move(l));
   }
   return w;
+}
+
+absl::StatusOr<int64_t> PackedBf16Bytes(const Checkpoint& ckpt, ops::ComputeType prefer) {
+  if (prefer == ops::ComputeType::kF32 || !ops::internal::Bf16PacksHere()) return 0;
+  const ModelConfig& c = ckpt.config();
+  int64_t bytes = 0;
+  for (const ExpectedTensor& e : ExpectedTensors(c)) {
+    const int64_t copies = e.expert ? c.num_experts : 1;
+    for (int64_t x = 0; x < copies; ++x) {
+      TANDEM_ASSIGN_OR_RETURN(TensorView v,
+                              e.expert ? ckpt.ExpertTensor(e.name, x) : ckpt.Tensor(e.name));
+      if (v.dtype != DType::kBF16 || v.rank() != 2) continue;
+      bytes += ops::internal::PackedBf16Bytes(v.dim(0), v.dim(1));
+    }
+  }
+  return bytes;
 }
 
 }  // namespace tandem

@@ -70,6 +70,13 @@ struct ModelWeights {
                                            ops::WeightLayout layout = ops::WeightLayout::kInPlace);
 };
 
+// The bytes ModelWeights::Load(ckpt, prefer, ..., kCpuPacked) would copy
+// to pack bf16 matrices (ops::LinearWeight::Create): every bf16 matrix of
+// the checkpoint where packing happens here (ops::internal::Bf16PacksHere)
+// and `prefer` is not kF32, else 0. An upper bound: it counts the
+// embedding table, which only a tied LM head packs, and every expert.
+absl::StatusOr<int64_t> PackedBf16Bytes(const Checkpoint& ckpt, ops::ComputeType prefer);
+
 }  // namespace tandem
 
 #endif  // TANDEM_GPU_WORKER_ENGINE_MODEL_WEIGHTS_H_

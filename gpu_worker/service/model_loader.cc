@@ -264,6 +264,9 @@ absl::StatusOr<LoadedModel> LoadModelForWorker(const proto::LoadModelRequest& re
   eo.prefill_gpu_tokens = req.prefill_gpu_tokens();
   const int64_t max_sequences = eo.max_sequences;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(ckpt), eo));
+  if (!engine->load_notice().empty()) {
+    std::fprintf(stderr, "gpu_worker: %s\n", engine->load_notice().c_str());
+  }
   const absl::Duration attach = absl::Milliseconds(
       req.attach_timeout_ms() > 0 ? req.attach_timeout_ms() : kDefaultAttachMs);
   const absl::Time deadline = absl::Now() + attach;
