@@ -28,41 +28,36 @@ int64_t ReadValueFile(const char* path) {
   return absl::SimpleAtoi(s, &v) && v > 0 ? v : 0;
 }
 
+// The rest of the first line of `text` that starts with `name` and then
+// `separator`, trimmed; empty if there is none.
+absl::string_view LineValue(std::string_view text, std::string_view name,
+                            absl::string_view separator) {
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    absl::string_view line(text.data() + at, end - at);
+    at = end + 1;
+    if (absl::ConsumePrefix(&line, absl::string_view(name.data(), name.size())) &&
+        absl::ConsumePrefix(&line, separator)) {
+      return absl::StripAsciiWhitespace(line);
+    }
+  }
+  return {};
+}
+
 // A "name value" line of a cgroup memory.stat text; 0 if absent.
 int64_t StatValue(std::string_view stat, std::string_view name) {
-  size_t at = 0;
-  while (at < stat.size()) {
-    const size_t end = std::min(stat.find('\n', at), stat.size());
-    absl::string_view line(stat.data() + at, end - at);
-    at = end + 1;
-    if (!absl::ConsumePrefix(&line, absl::string_view(name.data(), name.size())) ||
-        !absl::ConsumePrefix(&line, " ")) {
-      continue;
-    }
-    int64_t v = 0;
-    return absl::SimpleAtoi(line, &v) && v > 0 ? v : 0;
-  }
-  return 0;
+  int64_t v = 0;
+  return absl::SimpleAtoi(LineValue(stat, name, " "), &v) && v > 0 ? v : 0;
 }
 
 }  // namespace
 
 int64_t ParseMeminfoBytes(std::string_view meminfo, std::string_view field) {
-  size_t at = 0;
-  while (at < meminfo.size()) {
-    const size_t end = std::min(meminfo.find('\n', at), meminfo.size());
-    absl::string_view line(meminfo.data() + at, end - at);
-    at = end + 1;
-    if (!absl::ConsumePrefix(&line, absl::string_view(field.data(), field.size())) ||
-        !absl::ConsumePrefix(&line, ":")) {
-      continue;
-    }
-    line = absl::StripAsciiWhitespace(line);
-    absl::ConsumeSuffix(&line, "kB");
-    int64_t kb = 0;
-    return absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kb) && kb > 0 ? kb * 1024 : 0;
-  }
-  return 0;
+  absl::string_view value = LineValue(meminfo, field, ":");
+  absl::ConsumeSuffix(&value, "kB");
+  int64_t kb = 0;
+  return absl::SimpleAtoi(absl::StripAsciiWhitespace(value), &kb) && kb > 0 ? kb * 1024 : 0;
 }
 
 int64_t MeminfoBytes(std::string_view field) {
