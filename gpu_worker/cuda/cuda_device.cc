@@ -314,17 +314,15 @@ absl::StatusOr<CudaDevice::LinearView> CudaDevice::Find(const ops::LinearWeight&
     return absl::InvalidArgumentError(absl::StrCat(
         name(), ": a [", w.rows(), ", ", w.cols(), "] weight that Prepare did not copy"));
   }
-  if (w.quantized()) {
-    return absl::UnimplementedError(
-        absl::StrCat(name(), ": a staged weight in GGUF blocks (only bf16 and f32 run in place)"));
-  }
-  if (w.storage() == ops::WeightStorage::kF16 || w.storage() == ops::WeightStorage::kBF16Packed) {
-    // The engine loads f16 checkpoints as f32, and bf16 unpacked, for this device
-    // (ops::WeightLayout::kForDevice): f16 bytes here would be read as bf16,
-    // packed ones as rows.
+  if (w.storage() != ops::WeightStorage::kF32 && w.storage() != ops::WeightStorage::kBF16) {
+    // The engine stages only row-major f32 and bf16 weights for this device:
+    // it refuses to stream GGUF blocks to it (Engine::StartStreaming, the
+    // expert cache), and loads f16 as f32 and bf16 unpacked for it
+    // (ops::WeightLayout::kForDevice). Other bytes here would be misread.
     return absl::FailedPreconditionError(absl::StrCat(
-        name(), ": a staged f16 or packed bf16 weight; load weights for this device with "
-                "ops::WeightLayout::kForDevice"));
+        name(), ": a staged [", w.rows(), ", ", w.cols(),
+        "] weight neither f32 nor row-major bf16; load weights for this device with "
+        "ops::WeightLayout::kForDevice and stream only f32 or bf16"));
   }
   return LinearView{w.data(),
                     w.storage() == ops::WeightStorage::kF32 ? ActType::kF32 : ActType::kBF16,

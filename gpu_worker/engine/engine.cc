@@ -318,6 +318,19 @@ absl::Status Engine::SetPrefillGpuTokens(int64_t n) {
         "prefill_gpu_tokens assigns the prefill tokens of the CC rows (cpu_ffn_rows); this "
         "model has none");
   }
+  // Those tokens run on a copy of the CC weights on the device, which
+  // computes staged bytes in place: f32 or bf16 only.
+  if (n > 0 && !dev_->host_memory()) {
+    for (size_t l = 0; l < weights_.layers.size(); ++l) {
+      const MlpWeights& cc = weights_.layers[l].mlp_cpu;
+      if (cc.gate.quantized() || cc.up.quantized() || cc.down.quantized()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "prefill_gpu_tokens on device ", dev_->name(), ": layer ", l,
+            "'s CC rows are GGUF blocks, which the device does not compute from a copy; load "
+            "them as f32 (--dtype auto) or keep prefill_gpu_tokens at 0"));
+      }
+    }
+  }
   prefill_gpu_tokens_ = n;
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 // weights compute exactly as their dequantized values, f16 weights as
 // their f32 values.
 #include <cmath>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/rope.h"
 #include "gpu_worker/engine/engine.h"
+#include "gpu_worker/engine/testing/separate_memory_device.h"
 #include "gpu_worker/engine/testing/engine_test_util.h"
 #include "gtest/gtest.h"
 
@@ -202,6 +204,53 @@ TEST_P(EngineFormats, Bf16WeightsPackOnlyWhereTheyFit) {
     EXPECT_EQ(notice, "") << "nothing to pack here, nothing to say";
   }
   EXPECT_LT(testing::MaxRelativeError(in_place, packed), 3e-2) << "seed " << seed_;
+}
+
+// ScheInfer's prefill tokens on the device (prefill_gpu_tokens) compute on
+// a copy of the CC rows there, which a device without host memory runs only
+// as f32 or bf16: GGUF blocks kept quantized are refused when the engine is
+// made, with a message, not when a prefill reaches the device. The host
+// device computes them where they lie and takes them.
+TEST(EngineFormatsCc, QuantizedCcRowsAreRefusedForTheDeviceCopy) {
+  for (Arch arch : {Arch::kLlama, Arch::kQwen2}) {
+    const ModelConfig c = testing::TinyConfig(arch);
+    SCOPED_TRACE(ArchName(arch));
+    const std::string dir = testing::MakeTempDir("engine_formats_cc");
+    GgufTensorOptions gq;
+    gq.matrix_dtype = DType::kQ8_0;
+    gq.embedding_dtype = DType::kQ8_0;
+    const std::string path = dir + "/q8.gguf";
+    ASSERT_TRUE(testing::WriteGguf(path, testing::GgufMetadataFor(c),
+                                   testing::ToGgufTensors(
+                                       c, testing::MakeCanonicalTensors(c, 7), gq))
+                    .ok());
+    for (bool separate : {false, true}) {
+      auto ckpt = Checkpoint::Open(path);
+      ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+      EngineOptions o;
+      o.max_context = 64;
+      o.max_sequences = 1;
+      o.compute = ops::ComputeType::kQuantized;
+      o.cpu_ffn_rows.assign(static_cast<size_t>(c.num_layers), 32);
+      o.prefill_gpu_tokens = 3;
+      if (separate) {
+        o.device = [] {
+          return absl::StatusOr<std::unique_ptr<Device>>(
+              std::make_unique<testing::SeparateMemoryDevice>());
+        };
+      }
+      auto engine = Engine::Create(std::move(*ckpt), o);
+      if (!separate) {
+        EXPECT_TRUE(engine.ok()) << engine.status();
+        continue;
+      }
+      ASSERT_FALSE(engine.ok());
+      EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(std::string(engine.status().message()).find("GGUF blocks"), std::string::npos)
+          << engine.status();
+    }
+    testing::RemoveTree(dir);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineFormats,
