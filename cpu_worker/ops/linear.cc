@@ -21,6 +21,7 @@
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/onednn_matmul.h"
+#include "cpu_worker/ops/q8_0_packed.h"
 #include "cpu_worker/ops/quant_gemv.h"
 #include "cpu_worker/ops/widened_linear.h"
 
@@ -176,6 +177,16 @@ absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeTy
     lw.type_ = ComputeType::kF32;
     lw.storage_ = WeightStorage::kF16;
     lw.data_ = w.data;
+  } else if (w.dtype == DType::kQ8_0 && prefer == ComputeType::kQuantized &&
+             layout == WeightLayout::kCpuPacked && internal::Q8PacksHere()) {
+    // Repacked once for the int8 kernel (q8_0_packed.h): the same bytes,
+    // interleaved so that 16 blocks' dot products take eight instructions.
+    lw.type_ = ComputeType::kF32;
+    lw.storage_ = WeightStorage::kQ8_0Packed;
+    lw.nbytes_ = internal::PackedQ8Bytes(n, k);
+    lw.owned_ = AllocateWeight(static_cast<size_t>(lw.nbytes_));
+    internal::PackQ8_0(w.data, n, k, lw.owned_.get());
+    lw.data_ = lw.owned_.get();
   } else if (DTypeIsQuantized(w.dtype) && prefer == ComputeType::kQuantized) {
     // Computed on the blocks in place (the int8 kernels run on any CPU).
     lw.type_ = ComputeType::kF32;
@@ -201,6 +212,15 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
   TANDEM_CHECK(w.data() != nullptr);
   TANDEM_CHECK(m >= 0);
   if (m == 0) return;
+  if (w.storage() == WeightStorage::kQ8_0Packed) {
+    if (m <= internal::kPackedQ8MaxRows) {
+      internal::PackedQ8Linear(x, m, w.data(), w.rows(), w.cols(), bias, y);
+    } else {
+      internal::QuantLinearViaGemm(x, m, w.data(), DType::kQ8_0, w.rows(), w.cols(), bias, y,
+                                   /*panel_rows=*/0, /*q8_packed=*/true);
+    }
+    return;
+  }
   if (w.quantized()) {
     const DType t = w.storage() == WeightStorage::kQ8_0   ? DType::kQ8_0
                     : w.storage() == WeightStorage::kQ4_0 ? DType::kQ4_0

@@ -10,6 +10,7 @@
 #include "cpu_worker/ops/amx_linear.h"
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/onednn_matmul.h"
+#include "cpu_worker/ops/q8_0_packed.h"
 #include "cpu_worker/ops/quant_gemv_kernels.h"
 #include "cpu_worker/ops/stream_prefetch.h"
 
@@ -20,24 +21,11 @@ using quant::Act256;
 using quant::Act512;
 using quant::ActScalar;
 using quant::kBlock;
+using quant::QuantizeBlock;
 
 // Dequantized panel size for QuantLinearViaGemm: 4 MiB measured a little
 // faster than 1 MiB at m = 64 and 512 (linear_bench, BM_QuantPath).
 constexpr int64_t kPanelBytes = int64_t{4} << 20;
-
-// Quantizes one block of 32 activations: returns d; q = round(x / d) with
-// ties to even, |q| <= 127. Every kernel's activations come from here.
-inline float QuantizeBlock(const float* x, int8_t* q) {
-  float amax = 0.0f;
-  for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
-  const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  for (int j = 0; j < kBlock; ++j) {
-    const float r = std::nearbyint(x[j] * id);
-    q[j] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
-  }
-  return d;
-}
 
 // Sum of q[4L .. 4L+3] for the 8 dword lanes of a block.
 inline void LaneSums(const int8_t* q, int32_t* s) {
@@ -247,13 +235,14 @@ bool QuantLinearUsesGemv(int64_t m) {
 }
 
 void QuantLinearViaGemm(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
-                        const float* bias, float* y, int64_t panel_rows) {
+                        const float* bias, float* y, int64_t panel_rows, bool q8_packed) {
   TANDEM_CHECK(DTypeIsQuantized(t) && m >= 0 && n > 0 && k > 0 && k % kBlock == 0);
+  TANDEM_CHECK(!q8_packed || t == DType::kQ8_0);
   if (m == 0) return;
   const bool bf16 = CpuHasBf16();
   const bool avx2 = MaxKernelIsa() >= KernelIsa::kAvx2;
   const int64_t elem = bf16 ? 2 : 4;
-  const int64_t row_bytes = k / kBlock * DTypeBlockBytes(t);
+  const int64_t row_bytes = q8_packed ? PackedQ8RowBytes(k) : k / kBlock * DTypeBlockBytes(t);
   // Panels of about kPanelBytes of dequantized weights (they stay in the
   // cache while the GEMM reads them), at least 64 rows.
   const int64_t panel =
@@ -284,7 +273,11 @@ void QuantLinearViaGemm(const float* x, int64_t m, const void* w, DType t, int64
     for (int64_t r0 = 0; r0 < np; r0 += kRows) {
       const int64_t rows = std::min(kRows, np - r0);
       const uint8_t* src = wq + (n0 + r0) * row_bytes;
-      if (bf16) {
+      if (q8_packed && bf16) {
+        DequantPackedQ8RowsBf16(wq, k, n0 + r0, rows, reinterpret_cast<uint16_t*>(wp) + r0 * k);
+      } else if (q8_packed) {
+        DequantPackedQ8Rows(wq, k, n0 + r0, rows, reinterpret_cast<float*>(wp) + r0 * k);
+      } else if (bf16) {
         quant::DequantRowsBf16Avx512(t, src, row_bytes, rows, k,
                                      reinterpret_cast<uint16_t*>(wp) + r0 * k);
       } else if (avx2) {

@@ -4,6 +4,8 @@
 #ifndef TANDEM_CPU_WORKER_OPS_QUANT_GEMV_KERNELS_H_
 #define TANDEM_CPU_WORKER_OPS_QUANT_GEMV_KERNELS_H_
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "common/dtype.h"
@@ -11,6 +13,20 @@
 namespace tandem::ops::internal::quant {
 
 inline constexpr int kBlock = 32;
+
+// Quantizes one block of 32 activations: returns d; q = round(x / d) with
+// ties to even, |q| <= 127. Every kernel's activations come from here.
+inline float QuantizeBlock(const float* x, int8_t* q) {
+  float amax = 0.0f;
+  for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int j = 0; j < kBlock; ++j) {
+    const float r = std::nearbyint(x[j] * id);
+    q[j] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+  }
+  return d;
+}
 
 // Per row of x and per pair of blocks (2p, 2p + 1), for the AVX-512 kernel.
 // `q` holds the two blocks in the byte order in which the kernel unpacks the
@@ -69,6 +85,38 @@ struct Task {
 // one stream with the rows after it (stream_prefetch.h), so its callers
 // hand it items of StreamItemRows.
 inline constexpr int64_t kAvx512StreamMaxRows = 2;
+
+// Per row of x and per superblock of 16 blocks, for the packed Q8_0 kernel
+// (q8_0_packed.h): q interleaved as the weights are (bytes 4t..4t+3 of
+// block b at 64t + 4b), the blocks' -128 * sum of q and d_x per lane.
+// Lanes of blocks past the row's end are zero.
+struct alignas(64) ActQ8Packed {
+  int8_t q[512];
+  int32_t comp[16];
+  float dx[16];
+};
+static_assert(sizeof(ActQ8Packed) == 640);
+
+// One call of the packed kernel: `acts` holds m rows of act_stride
+// superblocks.
+struct PackedQ8Task {
+  const uint8_t* w;  // [n] packed rows of row_bytes
+  int64_t row_bytes;
+  int64_t m, n, k;
+  const ActQ8Packed* acts;
+  int64_t act_stride;
+  const float* bias;
+  float* y;  // [m, n]
+};
+
+// Output columns [n0, n1) for all m rows, on the packed weight.
+void PackedQ8RowsAvx512Vnni(const PackedQ8Task& t, int64_t n0, int64_t n1);
+// Packed rows [r0, r0 + rows) dequantized to f32 or bf16 (dst rows k
+// apart).
+void DequantPackedQ8Avx512(const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0,
+                           int64_t rows, float* dst);
+void DequantPackedQ8Bf16Avx512(const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0,
+                               int64_t rows, uint16_t* dst);
 
 // Output columns (weight rows) [n0, n1) for all m rows.
 void RowsAvx512Vnni(const Task& t, int64_t n0, int64_t n1);

@@ -1,0 +1,152 @@
+#include "cpu_worker/ops/q8_0_packed.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "common/quant.h"
+#include "common/status_macros.h"
+#include "cpu_worker/ops/amx_linear.h"
+#include "cpu_worker/ops/cpu_features.h"
+#include "cpu_worker/ops/quant_gemv_kernels.h"
+#include "cpu_worker/ops/stream_prefetch.h"
+
+namespace tandem::ops::internal {
+namespace {
+
+using quant::ActQ8Packed;
+using quant::kBlock;
+
+// Where the r blocks of superblock s of a packed row begin, and the bytes
+// between its groups.
+int64_t SuperblockOffset(int64_t s) { return s * 512; }
+int64_t GroupBytes(int64_t nb, int64_t s) { return 4 * std::min<int64_t>(16, nb - 16 * s); }
+int64_t ScalesOffset(int64_t nb) { return 32 * nb; }
+
+void PackRow(const BlockQ8_0* b, int64_t nb, uint8_t* dst) {
+  auto* scales = reinterpret_cast<uint16_t*>(dst + ScalesOffset(nb));
+  for (int64_t i = 0; i < nb; ++i) {
+    const int64_t s = i / 16, lane = i % 16, group = GroupBytes(nb, s);
+    uint8_t* q = dst + SuperblockOffset(s) + 4 * lane;
+    for (int g = 0; g < 8; ++g) {
+      for (int e = 0; e < 4; ++e) {
+        q[g * group + e] = static_cast<uint8_t>(b[i].qs[4 * g + e]) ^ 0x80;
+      }
+    }
+    scales[i] = b[i].d;
+  }
+}
+
+// One row of x, quantized per block of 32 and interleaved as the weights.
+void PrepRow(const float* x, int64_t nb, ActQ8Packed* out) {
+  for (int64_t s = 0; s < (nb + 15) / 16; ++s) {
+    ActQ8Packed& a = out[s];
+    std::memset(&a, 0, sizeof(a));
+    for (int64_t lane = 0; lane < std::min<int64_t>(16, nb - 16 * s); ++lane) {
+      int8_t q[kBlock];
+      a.dx[lane] = quant::QuantizeBlock(x + (16 * s + lane) * kBlock, q);
+      int32_t sum = 0;
+      for (int j = 0; j < kBlock; ++j) sum += q[j];
+      a.comp[lane] = -128 * sum;
+      for (int g = 0; g < 8; ++g) std::memcpy(a.q + 64 * g + 4 * lane, q + 4 * g, 4);
+    }
+  }
+}
+
+bool Avx512Vnni() {
+  static const bool yes = MaxKernelIsa() >= KernelIsa::kAvx512Vnni;
+  return yes;
+}
+
+}  // namespace
+
+int64_t PackedQ8RowBytes(int64_t k) {
+  const int64_t bytes = k / kBlock * static_cast<int64_t>(sizeof(BlockQ8_0));
+  return (bytes + 63) / 64 * 64;
+}
+
+int64_t PackedQ8Bytes(int64_t n, int64_t k) { return n * PackedQ8RowBytes(k); }
+
+bool Q8PacksHere() { return Avx512Vnni() && !AmxUsable(); }
+
+void PackQ8_0(const void* src, int64_t n, int64_t k, void* dst) {
+  TANDEM_CHECK(n > 0 && k > 0 && k % kBlock == 0);
+  const int64_t nb = k / kBlock, row_bytes = PackedQ8RowBytes(k);
+  const auto* in = static_cast<const BlockQ8_0*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+#pragma omp parallel for schedule(static) if (n * k > (1 << 16))
+  for (int64_t j = 0; j < n; ++j) {
+    uint8_t* row = out + j * row_bytes;
+    PackRow(in + j * nb, nb, row);
+    const int64_t used = nb * static_cast<int64_t>(sizeof(BlockQ8_0));
+    std::memset(row + used, 0, static_cast<size_t>(row_bytes - used));
+  }
+}
+
+void UnpackQ8_0Row(const void* packed, int64_t k, void* blocks) {
+  const int64_t nb = k / kBlock;
+  const auto* in = static_cast<const uint8_t*>(packed);
+  auto* b = static_cast<BlockQ8_0*>(blocks);
+  const auto* scales = reinterpret_cast<const uint16_t*>(in + ScalesOffset(nb));
+  for (int64_t i = 0; i < nb; ++i) {
+    const int64_t s = i / 16, group = GroupBytes(nb, s);
+    const uint8_t* q = in + SuperblockOffset(s) + 4 * (i % 16);
+    for (int g = 0; g < 8; ++g) {
+      for (int e = 0; e < 4; ++e) b[i].qs[4 * g + e] = static_cast<int8_t>(q[g * group + e] ^ 0x80);
+    }
+    b[i].d = scales[i];
+  }
+}
+
+void PackedQ8Linear(const float* x, int64_t m, const void* w, int64_t n, int64_t k,
+                    const float* bias, float* y) {
+  TANDEM_CHECK(m >= 0 && n > 0 && k > 0 && k % kBlock == 0);
+  TANDEM_CHECK(Avx512Vnni() && "packed Q8_0 weights need AVX512-VNNI");
+  if (m == 0) return;
+  const int64_t nb = k / kBlock, supers = (nb + 15) / 16;
+  // The activations, quantized once per call (read by all the threads).
+  thread_local std::vector<ActQ8Packed> scratch;
+  if (static_cast<int64_t>(scratch.size()) < m * supers) {
+    scratch.resize(static_cast<size_t>(m * supers));
+  }
+  ActQ8Packed* const acts = scratch.data();
+#pragma omp parallel for schedule(static) if (m * k > (1 << 16))
+  for (int64_t i = 0; i < m; ++i) PrepRow(x + i * k, nb, acts + i * supers);
+
+  quant::PackedQ8Task task;
+  task.w = static_cast<const uint8_t*>(w);
+  task.row_bytes = PackedQ8RowBytes(k);
+  task.m = m;
+  task.n = n;
+  task.k = k;
+  task.acts = acts;
+  task.act_stride = supers;
+  task.bias = bias;
+  task.y = y;
+  // Items of about 1 MiB of weight rows, handed out dynamically (as
+  // QuantLinear's): a thread's rows are one stream, and a thread that loses
+  // a time slice is covered by the other. Each output is one item's.
+  const bool parallel = n * k * std::min<int64_t>(m, 8) > (1 << 17);
+  const int64_t item = StreamItemRows(n, task.row_bytes, 8, parallel);
+  const int64_t items = (n + item - 1) / item;
+#pragma omp parallel for schedule(dynamic) if (parallel)
+  for (int64_t b = 0; b < items; ++b) {
+    quant::PackedQ8RowsAvx512Vnni(task, b * item, std::min(n, (b + 1) * item));
+  }
+}
+
+void DequantPackedQ8Rows(const void* w, int64_t k, int64_t r0, int64_t rows, float* dst) {
+  TANDEM_CHECK(Avx512Vnni() && "packed Q8_0 weights need AVX512-VNNI");
+  quant::DequantPackedQ8Avx512(static_cast<const uint8_t*>(w), PackedQ8RowBytes(k), k, r0, rows,
+                               dst);
+}
+
+void DequantPackedQ8RowsBf16(const void* w, int64_t k, int64_t r0, int64_t rows, uint16_t* dst) {
+  TANDEM_CHECK(Avx512Vnni() && "packed Q8_0 weights need AVX512-VNNI");
+  quant::DequantPackedQ8Bf16Avx512(static_cast<const uint8_t*>(w), PackedQ8RowBytes(k), k, r0,
+                                   rows, dst);
+}
+
+}  // namespace tandem::ops::internal

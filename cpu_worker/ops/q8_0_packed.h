@@ -1,0 +1,78 @@
+// Q8_0 weights repacked once at load for the AVX512-VNNI int8 kernel (the
+// host device's own weights, WeightLayout::kCpuPacked, as packed bf16 is).
+//
+// A GGUF Q8_0 row is blocks of an f16 scale and 32 signed bytes. Read in
+// place, every pair of blocks costs the int8 kernel (quant_gemv_avx512.cc)
+// two loads, an xor, a scalar load and widening of the two scales, their
+// spread over 16 lanes, a dot product, a conversion and an FMA: about 16
+// instructions per 68 bytes for one row of x. Packed, a superblock of 16
+// blocks is eight 64-byte vectors whose dword lane b holds four bytes of
+// block b (vector t: bytes 4t..4t+3 of each block), stored as q + 128 (the
+// unsigned operand of vpdpbusd). Eight vpdpbusd then sum all 16 blocks'
+// integer dot products at once, one per lane, and one conversion and one
+// FMA with the 16 scales (d_w * d_x) finish them: about 22 instructions,
+// loads included, per 544 bytes. On the AMD EPYC VM one row of x against
+// a 4096 x 4096 weight in L3 ran at 142-174 GB/s against 91-109 in place,
+// and 16 rows at 526 GOPS against 249 (docs/PERFORMANCE.md has the rest).
+// The activations are quantized per block of 32 exactly as for the
+// in-place kernel (quant_gemv.h), and interleaved the same way.
+//
+// Row layout (row_bytes = PackedQ8RowBytes(k), a multiple of 64):
+//   the full superblocks' bytes, 512 each;
+//   the last r < 16 blocks (if k / 32 is not a multiple of 16): eight
+//     groups of 4r bytes, group t holding bytes 4t..4t+3 of each block;
+//   the k / 32 f16 scales in block order;
+//   zero padding up to the next multiple of 64.
+// The integer dot products are exact and every output sums its superblocks
+// in order, so a row's result does not depend on m or on the threads.
+// Internal to ops.
+#ifndef TANDEM_CPU_WORKER_OPS_Q8_0_PACKED_H_
+#define TANDEM_CPU_WORKER_OPS_Q8_0_PACKED_H_
+
+#include <cstdint>
+
+namespace tandem::ops::internal {
+
+inline constexpr int64_t kQ8SuperBlock = 16;  // blocks of 32 per superblock
+
+// Bytes of one packed row of k inputs (k a multiple of 32), and of n rows.
+int64_t PackedQ8RowBytes(int64_t k);
+int64_t PackedQ8Bytes(int64_t n, int64_t k);
+
+// True if Q8_0 weights are packed where the caller allows it
+// (WeightLayout::kCpuPacked): on CPUs with AVX512-VNNI and without usable
+// AMX (whose kernels read the blocks in place; not measured packed).
+bool Q8PacksHere();
+
+// Writes the n GGUF Q8_0 rows at `src` (k / 32 blocks each) packed to `dst`
+// (PackedQ8Bytes(n, k) bytes, padding included), on all threads.
+void PackQ8_0(const void* src, int64_t n, int64_t k, void* dst);
+
+// The inverse for one row: the packed row at `packed` back to k / 32 GGUF
+// blocks at `blocks`. The plain reference the tests hold the kernels to.
+void UnpackQ8_0Row(const void* packed, int64_t k, void* blocks);
+
+// Linear runs batches of up to this many rows on the packed int8 kernel
+// (tiles of two weight rows and four rows of x); larger ones dequantize
+// panels for oneDNN's GEMM (QuantLinearViaGemm). On the AMD EPYC VM (4096
+// x 4096, 2 threads, warm) the kernel ran 16 and 32 rows at 526 and 599
+// GOPS, where the bf16 dot-product kernel on blocks dequantized in place
+// ran 456-531 and 515 GFLOP/s.
+inline constexpr int64_t kPackedQ8MaxRows = 32;
+
+// y[m, n] = x[m, k] · W^T (+ bias[n]) on the packed [n, k] weight `w`,
+// with x quantized per block of 32 as QuantLinear does. Needs AVX512-VNNI
+// (Q8PacksHere). Any m works; uses a thread-local scratch of about
+// 1.25 * m * k bytes, grown once.
+void PackedQ8Linear(const float* x, int64_t m, const void* w, int64_t n, int64_t k,
+                    const float* bias, float* y);
+
+// Dequantizes packed rows [r0, r0 + rows) of a [?, k] weight to f32, or to
+// bf16 (d * q is exact in f32, then rounded to nearest even, as
+// DequantRowsBf16Avx512 does for blocks in place); dst rows k elements apart.
+void DequantPackedQ8Rows(const void* w, int64_t k, int64_t r0, int64_t rows, float* dst);
+void DequantPackedQ8RowsBf16(const void* w, int64_t k, int64_t r0, int64_t rows, uint16_t* dst);
+
+}  // namespace tandem::ops::internal
+
+#endif  // TANDEM_CPU_WORKER_OPS_Q8_0_PACKED_H_

@@ -1,0 +1,273 @@
+// AVX512-VNNI kernel for Q8_0 weights packed at load (q8_0_packed.h says
+// the layout): per superblock of 16 blocks, eight vpdpbusd leave the 16
+// blocks' integer dot products one per dword lane, and one FMA scales them
+// by d_w * d_x into the row's f32 accumulator.
+#include <cstdint>
+
+#include "cpu_worker/ops/intrinsics.h"
+#include "cpu_worker/ops/quant_gemv_kernels.h"
+
+namespace tandem::ops::internal::quant {
+namespace {
+
+#define TANDEM_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+// A tile is R weight rows against up to C rows of x: one row of x (or
+// two) passes over each weight row alone, a sequential stream; more rows
+// pass two weight rows at a time, four rows of x at a time, so that each
+// load of x feeds two products. Eight rows of x against one weight row read
+// the activations from L2 twice as often: on the AMD EPYC VM (4096 x 4096,
+// warm, 2 threads) 16 rows ran at 340 GOPS that way and 526 in these tiles.
+constexpr int kStreamMaxC = 2;
+constexpr int kTileR = 2, kTileC = 4;
+
+// A thread's rows are one stream of bytes, fetched this far ahead into L1
+// by a cursor that each superblock moves on by its share of the rows, so
+// that the scales and the padding at a row's end are fetched too: fetching
+// the same 512 bytes 4 KiB on for each superblock left those lines to
+// demand misses and read 0.70-0.75 of the sweep in BM_DecodeLayerSequence
+// (Q8_0, one row, the VM's fast bandwidth phase), the cursor 0.82-0.83;
+// into L2 0.77, 2 KiB ahead 0.77, 8 KiB 0.83.
+constexpr int64_t kAheadBytes = 4096;
+
+// Prefetches the lines from *cursor up to `target` (not past `end`).
+TANDEM_VNNI inline void FetchUpTo(uintptr_t* cursor, uintptr_t target, uintptr_t end) {
+  target = target < end ? target : end;
+  for (; *cursor < target; *cursor += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(*cursor), _MM_HINT_T0);
+  }
+}
+
+TANDEM_VNNI inline __m512i LoadGroup(const uint8_t* p, __mmask16 mask, bool full) {
+  return full ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi32(mask, p);
+}
+
+// Superblock s (or the tail of r < 16 blocks: `full` false) of R weight
+// rows `row_bytes` apart from `q` against C rows of x. One row of x against
+// one weight row sums the eight products in two chains, so that its dot
+// products do not wait on each other; integer sums are exact, so the
+// grouping does not change the result, and every (row of x, weight row)
+// pair is computed the same way in every tile shape.
+template <int R, int C>
+TANDEM_VNNI inline void Superblock(const uint8_t* q, int64_t row_bytes, int64_t group_bytes,
+                                   __mmask16 mask, bool full, const __m512 (&ws)[R],
+                                   const ActQ8Packed* a, int64_t stride, __m512 (&acc)[R][C]) {
+  constexpr bool kTwoChains = R * C <= 2;
+  __m512i dot[R][C], odd[R][C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    const __m512i comp = _mm512_load_si512(a[c * stride].comp);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      dot[r][c] = comp;
+      odd[r][c] = _mm512_setzero_si512();
+    }
+  }
+#pragma GCC unroll 8
+  for (int g = 0; g < 8; ++g) {
+    __m512i w[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) w[r] = LoadGroup(q + r * row_bytes + g * group_bytes, mask, full);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m512i x = _mm512_load_si512(a[c * stride].q + 64 * g);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        if (kTwoChains && (g & 1) != 0) {
+          odd[r][c] = _mm512_dpbusd_epi32(odd[r][c], w[r], x);
+        } else {
+          dot[r][c] = _mm512_dpbusd_epi32(dot[r][c], w[r], x);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    const __m512 dx = _mm512_load_ps(a[c * stride].dx);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512i sum = kTwoChains ? _mm512_add_epi32(dot[r][c], odd[r][c]) : dot[r][c];
+      acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws[r], dx), acc[r][c]);
+    }
+  }
+}
+
+// Weight rows j .. j + R - 1 against rows i0 .. i0 + C - 1 of x. `cursor`:
+// the stream's prefetch cursor (null: no prefetch, the rows are in L1
+// already), `end` the weight's end.
+template <int R, int C>
+TANDEM_VNNI void Tile(const PackedQ8Task& t, int64_t j, int64_t i0, uintptr_t* cursor,
+                      uintptr_t end) {
+  const int64_t nb = t.k / kBlock;
+  const int64_t full = nb / 16, r = nb % 16;
+  const uint8_t* row = t.w + j * t.row_bytes;
+  const ActQ8Packed* a = t.acts + i0 * t.act_stride;
+  __m512 acc[R][C];
+#pragma GCC unroll 4
+  for (int rr = 0; rr < R; ++rr) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[rr][c] = _mm512_setzero_ps();
+  }
+  const int64_t parts = full + (r != 0 ? 1 : 0);
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(row) + kAheadBytes;
+  const auto* scales = reinterpret_cast<const uint16_t*>(row + 32 * nb);
+  for (int64_t s = 0; s < parts; ++s) {
+    if (cursor != nullptr) FetchUpTo(cursor, ahead + (s + 1) * R * t.row_bytes / parts, end);
+    const bool in_full = s < full;
+    const auto mask = static_cast<__mmask16>(in_full ? 0xffff : (1u << r) - 1);
+    __m512 ws[R];
+#pragma GCC unroll 4
+    for (int rr = 0; rr < R; ++rr) {
+      const uint16_t* sc = scales + rr * t.row_bytes / 2 + 16 * s;
+      ws[rr] = _mm512_cvtph_ps(in_full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc))
+                                       : _mm256_maskz_loadu_epi16(mask, sc));
+    }
+    Superblock<R, C>(row + s * 512, t.row_bytes, in_full ? 64 : 4 * r, mask, in_full, ws, a + s,
+                     t.act_stride, acc);
+  }
+#pragma GCC unroll 4
+  for (int rr = 0; rr < R; ++rr) {
+    const float b = t.bias != nullptr ? t.bias[j + rr] : 0.0f;
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      t.y[(i0 + c) * t.n + j + rr] = _mm512_reduce_add_ps(acc[rr][c]) + b;
+    }
+  }
+}
+
+// R weight rows from j against all m rows of x, C at a time (the rest in
+// one smaller tile); only the first tile prefetches.
+template <int R, int C>
+TANDEM_VNNI void Rows(const PackedQ8Task& t, int64_t j, uintptr_t* cursor, uintptr_t end) {
+  int64_t i = 0;
+  for (; i + C <= t.m; i += C) Tile<R, C>(t, j, i, i == 0 ? cursor : nullptr, end);
+  uintptr_t* first = i == 0 ? cursor : nullptr;
+  const int64_t rest = t.m - i;
+  if constexpr (C > 3) {
+    if (rest == 3) return Tile<R, 3>(t, j, i, first, end);
+  }
+  if constexpr (C > 2) {
+    if (rest == 2) return Tile<R, 2>(t, j, i, first, end);
+  }
+  if constexpr (C > 1) {
+    if (rest == 1) return Tile<R, 1>(t, j, i, first, end);
+  }
+}
+
+// The `blocks` (<= 16) blocks of one superblock, groups `group_bytes` apart,
+// as 32 signed bytes each (out[b]). The eight group vectors (dword b of
+// group t: bytes 4t..4t+3 of block b) are transposed 8 x 16 in three rounds
+// of shuffles: pairs of groups interleaved by dword, then by qword (each
+// 128-bit lane L then holds four groups' dwords of block 4L + p in vector
+// p), then the two halves of each block joined.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline void
+TransposeSuperblock(const uint8_t* q, int64_t group_bytes, int blocks, __m256i (&out)[16]) {
+  const auto mask = static_cast<__mmask16>(blocks == 16 ? 0xffff : (1u << blocks) - 1);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i g[8];
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t) {
+    g[t] = _mm512_xor_si512(LoadGroup(q + t * group_bytes, mask, blocks == 16), flip);
+  }
+  __m512i a[4][2];  // a[p][h]: groups 4h..4h+3 of blocks 4L + p
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m512i lo01 = _mm512_unpacklo_epi32(g[4 * h], g[4 * h + 1]);
+    const __m512i hi01 = _mm512_unpackhi_epi32(g[4 * h], g[4 * h + 1]);
+    const __m512i lo23 = _mm512_unpacklo_epi32(g[4 * h + 2], g[4 * h + 3]);
+    const __m512i hi23 = _mm512_unpackhi_epi32(g[4 * h + 2], g[4 * h + 3]);
+    a[0][h] = _mm512_unpacklo_epi64(lo01, lo23);
+    a[1][h] = _mm512_unpackhi_epi64(lo01, lo23);
+    a[2][h] = _mm512_unpacklo_epi64(hi01, hi23);
+    a[3][h] = _mm512_unpackhi_epi64(hi01, hi23);
+  }
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) {
+    // [blocks p, 4 + p] and [8 + p, 12 + p]: lanes L of the two halves side
+    // by side ([h0 L0, h0 L1, h1 L0, h1 L1]), then the middle lanes swapped.
+    const __m512i lo = _mm512_shuffle_i32x4(a[p][0], a[p][1], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i hi = _mm512_shuffle_i32x4(a[p][0], a[p][1], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i first = _mm512_shuffle_i32x4(lo, lo, _MM_SHUFFLE(3, 1, 2, 0));
+    const __m512i second = _mm512_shuffle_i32x4(hi, hi, _MM_SHUFFLE(3, 1, 2, 0));
+    out[p] = _mm512_castsi512_si256(first);
+    out[4 + p] = _mm512_extracti64x4_epi64(first, 1);
+    out[8 + p] = _mm512_castsi512_si256(second);
+    out[12 + p] = _mm512_extracti64x4_epi64(second, 1);
+  }
+}
+
+// Superblock s of a packed row of nb blocks: where its bytes begin, the
+// bytes between its groups, and its block count.
+struct SuperblockAt {
+  int64_t offset, group_bytes;
+  int blocks;
+};
+inline SuperblockAt Locate(int64_t nb, int64_t s) {
+  const int64_t blocks = nb - 16 * s < 16 ? nb - 16 * s : 16;
+  return {s * 512, 4 * blocks, static_cast<int>(blocks)};
+}
+
+}  // namespace
+
+void PackedQ8RowsAvx512Vnni(const PackedQ8Task& t, int64_t n0, int64_t n1) {
+  const uintptr_t end = reinterpret_cast<uintptr_t>(t.w) + t.n * t.row_bytes;
+  // The item's first kAheadBytes are left to the hardware prefetchers.
+  uintptr_t cursor = reinterpret_cast<uintptr_t>(t.w + n0 * t.row_bytes) + kAheadBytes;
+  int64_t j = n0;
+  if (t.m <= kStreamMaxC) {
+    for (; j < n1; ++j) Rows<1, kStreamMaxC>(t, j, &cursor, end);
+    return;
+  }
+  for (; j + kTileR <= n1; j += kTileR) Rows<kTileR, kTileC>(t, j, &cursor, end);
+  for (; j < n1; ++j) Rows<1, kTileC>(t, j, &cursor, end);
+}
+
+TANDEM_VNNI void DequantPackedQ8Avx512(const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0,
+                                       int64_t rows, float* dst) {
+  const int64_t nb = k / kBlock;
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint8_t* row = w + (r0 + i) * row_bytes;
+    const auto* scales = reinterpret_cast<const uint16_t*>(row + 32 * nb);
+    for (int64_t s = 0; s < (nb + 15) / 16; ++s) {
+      const SuperblockAt at = Locate(nb, s);
+      __m256i q[16];
+      TransposeSuperblock(row + at.offset, at.group_bytes, at.blocks, q);
+      for (int b = 0; b < at.blocks; ++b) {
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(scales[16 * s + b]));
+        float* out = dst + i * k + (16 * s + b) * kBlock;
+        _mm512_storeu_ps(out, _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q[b]))), d));
+        _mm512_storeu_ps(out + 16, _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q[b], 1))), d));
+      }
+    }
+  }
+}
+
+// d * q exact in f32, rounded to nearest even by vcvtne2ps2bf16, as
+// DequantBlockBf16 (dequant_bf16.h) does for blocks in place.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512bf16,avx2,fma,f16c"))) void
+DequantPackedQ8Bf16Avx512(const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0, int64_t rows,
+                          uint16_t* dst) {
+  const int64_t nb = k / kBlock;
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint8_t* row = w + (r0 + i) * row_bytes;
+    const auto* scales = reinterpret_cast<const uint16_t*>(row + 32 * nb);
+    for (int64_t s = 0; s < (nb + 15) / 16; ++s) {
+      const SuperblockAt at = Locate(nb, s);
+      __m256i q[16];
+      TransposeSuperblock(row + at.offset, at.group_bytes, at.blocks, q);
+      for (int b = 0; b < at.blocks; ++b) {
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(scales[16 * s + b]));
+        const __m512 lo =
+            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q[b]))), d);
+        const __m512 hi = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q[b], 1))), d);
+        _mm512_storeu_si512(dst + i * k + (16 * s + b) * kBlock,
+                            reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+      }
+    }
+  }
+}
+
+}  // namespace tandem::ops::internal::quant

@@ -1,0 +1,256 @@
+// Q8_0 weights packed at load (q8_0_packed.h): the layout against its plain
+// inverse, the packed int8 kernel against the reference on the rounded
+// activations and against the in-place int8 kernel, its batch and thread
+// invariance, the dequantization for the larger batches against
+// ConvertToF32, and LinearWeight's choice of the layout. Random inputs from
+// a fresh seed each run, printed on failure.
+#include "cpu_worker/ops/q8_0_packed.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/quant.h"
+#include "cpu_worker/ops/cpu_features.h"
+#include "cpu_worker/ops/linear.h"
+#include "cpu_worker/ops/quant_gemv.h"
+#include "gtest/gtest.h"
+
+namespace tandem::ops {
+namespace {
+
+using internal::PackedQ8RowBytes;
+
+struct Q8Weight {
+  int64_t n = 0, k = 0;
+  std::vector<uint8_t> blocks;  // GGUF rows
+  std::vector<uint8_t> packed;  // PackQ8_0 of them
+  std::vector<float> deq;       // [n, k]
+};
+
+std::vector<float> Normal(std::mt19937& rng, int64_t count) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(count));
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+Q8Weight MakeQ8(std::mt19937& rng, int64_t n, int64_t k) {
+  Q8Weight w;
+  w.n = n;
+  w.k = k;
+  const std::vector<float> f = Normal(rng, n * k);
+  w.blocks.resize(static_cast<size_t>(DTypeBytes(DType::kQ8_0, n * k).value()));
+  QuantizeFromF32(DType::kQ8_0, f.data(), n * k, w.blocks.data());
+  w.packed.assign(static_cast<size_t>(internal::PackedQ8Bytes(n, k)), 0xee);
+  internal::PackQ8_0(w.blocks.data(), n, k, w.packed.data());
+  w.deq.resize(f.size());
+  ConvertToF32(DType::kQ8_0, w.blocks.data(), n * k, w.deq.data());
+  return w;
+}
+
+// Input widths: one block, fewer than a superblock, exactly one, one and a
+// remainder, the common remainder of 8 blocks (k = 2816, 11008), and the
+// dense bench model's down projection (176 blocks, rows padded to 64).
+const int64_t kWidths[] = {32, 224, 512, 544, 2816, 5632};
+
+TEST(Q8PackedTest, UnpacksToTheSameBlocksAndPadsWithZeros) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int64_t k : kWidths) {
+    const Q8Weight w = MakeQ8(rng, 5, k);
+    const int64_t row_bytes = PackedQ8RowBytes(k);
+    const int64_t used = k / 32 * 34;
+    ASSERT_EQ(row_bytes % 64, 0);
+    ASSERT_GE(row_bytes, used);
+    ASSERT_LT(row_bytes - used, 64);
+    EXPECT_NE(std::memcmp(w.packed.data(), w.blocks.data(), static_cast<size_t>(used)), 0)
+        << "k " << k << ": the packed row is the GGUF row";
+    for (int64_t j = 0; j < w.n; ++j) {
+      const uint8_t* row = w.packed.data() + j * row_bytes;
+      std::vector<uint8_t> back(static_cast<size_t>(used));
+      internal::UnpackQ8_0Row(row, k, back.data());
+      EXPECT_EQ(std::memcmp(back.data(), w.blocks.data() + j * used, static_cast<size_t>(used)), 0)
+          << "k " << k << ", row " << j;
+      for (int64_t b = used; b < row_bytes; ++b) EXPECT_EQ(row[b], 0) << "k " << k << ", byte " << b;
+    }
+  }
+}
+
+bool KernelRuns() { return MaxKernelIsa() >= KernelIsa::kAvx512Vnni; }
+
+// The packed kernel computes x_hat · W_deq^T with exact integer dot
+// products: against the double reference on the rounded activations only
+// f32 scaling and summation error remains (1e-5 of sum |x_hat w|), and
+// against the in-place int8 kernel (the same products, summed in another
+// order) the same bound twice.
+TEST(Q8PackedTest, KernelMatchesTheReferenceAndTheInPlaceKernel) {
+  if (!KernelRuns()) GTEST_SKIP() << "no AVX512-VNNI (or TANDEM_CPU_ISA caps it)";
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int64_t k : kWidths) {
+    for (int64_t m : {1, 2, 3, 8, 9, 17}) {
+      const int64_t n = 1 + static_cast<int64_t>(rng() % 70);
+      const Q8Weight w = MakeQ8(rng, n, k);
+      const std::vector<float> x = Normal(rng, m * k);
+      const std::vector<float> bias = Normal(rng, n);
+      std::vector<float> xh(x.size());
+      for (int64_t i = 0; i < m; ++i) {
+        internal::QuantizeActivationsReference(x.data() + i * k, k, xh.data() + i * k);
+      }
+      std::vector<float> ref(static_cast<size_t>(m * n)), y(ref.size(), NAN), y0(ref.size());
+      ReferenceLinear(xh.data(), m, w.deq.data(), n, k, bias.data(), ref.data());
+      internal::PackedQ8Linear(x.data(), m, w.packed.data(), n, k, bias.data(), y.data());
+      internal::QuantLinear(x.data(), m, w.blocks.data(), DType::kQ8_0, n, k, bias.data(),
+                            y0.data(), KernelIsa::kAvx512Vnni);
+      int failures = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double mag = std::fabs(bias[j]);
+          for (int64_t l = 0; l < k; ++l) mag += std::fabs(double{xh[i * k + l]} * w.deq[j * k + l]);
+          const size_t at = static_cast<size_t>(i * n + j);
+          if (!(std::fabs(y[at] - ref[at]) <= 1e-5 * mag) && failures++ < 5) {
+            ADD_FAILURE() << "k " << k << ", m " << m << ": y[" << i << ", " << j << "] = " << y[at]
+                          << ", reference " << ref[at];
+          }
+          if (!(std::fabs(y[at] - y0[at]) <= 2e-5 * mag) && failures++ < 5) {
+            ADD_FAILURE() << "k " << k << ", m " << m << ": y[" << i << ", " << j << "] = " << y[at]
+                          << ", in place " << y0[at];
+          }
+        }
+      }
+    }
+  }
+}
+
+// A row's result is the same bits whatever else shares the call and
+// however many threads run it (its superblocks are summed in order).
+TEST(Q8PackedTest, RowResultDoesNotDependOnTheBatchOrThreads) {
+  if (!KernelRuns()) GTEST_SKIP() << "no AVX512-VNNI (or TANDEM_CPU_ISA caps it)";
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int64_t n = 300, k = 2816;
+  const Q8Weight w = MakeQ8(rng, n, k);
+  const int64_t rows = 32;
+  const std::vector<float> x = Normal(rng, rows * k);
+  std::vector<float> all(static_cast<size_t>(rows * n));
+  internal::PackedQ8Linear(x.data(), rows, w.packed.data(), n, k, nullptr, all.data());
+  const int threads = omp_get_max_threads();
+  for (int64_t m = 1; m <= rows; ++m) {
+    omp_set_num_threads(m % 2 == 0 ? 1 : threads);
+    const int64_t first = static_cast<int64_t>(rng() % (rows - m + 1));
+    std::vector<float> y(static_cast<size_t>(m * n), NAN);
+    internal::PackedQ8Linear(x.data() + first * k, m, w.packed.data(), n, k, nullptr, y.data());
+    EXPECT_TRUE(std::equal(y.begin(), y.end(), all.begin() + first * n))
+        << "rows " << first << ".." << first + m - 1 << " alone differ from the same rows in "
+        << rows;
+  }
+  omp_set_num_threads(threads);
+}
+
+// The larger batches' dequantization: the values ConvertToF32 gives the
+// blocks in place, bit for bit (and their bf16 rounding).
+TEST(Q8PackedTest, DequantizesAsTheBlocksInPlace) {
+  if (!KernelRuns()) GTEST_SKIP() << "no AVX512-VNNI (or TANDEM_CPU_ISA caps it)";
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int64_t k : kWidths) {
+    const Q8Weight w = MakeQ8(rng, 7, k);
+    const int64_t r0 = 2, rows = 4;
+    std::vector<float> f(static_cast<size_t>(rows * k), NAN);
+    std::vector<uint16_t> h(static_cast<size_t>(rows * k), 0xffff);
+    internal::DequantPackedQ8Rows(w.packed.data(), k, r0, rows, f.data());
+    internal::DequantPackedQ8RowsBf16(w.packed.data(), k, r0, rows, h.data());
+    for (int64_t i = 0; i < rows * k; ++i) {
+      const float want = w.deq[static_cast<size_t>(r0 * k + i)];
+      ASSERT_EQ(f[i], want) << "k " << k << ", element " << i;
+      ASSERT_EQ(h[i], F32ToBf16(want)) << "k " << k << ", element " << i;
+    }
+  }
+}
+
+TensorView Q8View(const Q8Weight& w) {
+  TensorView v;
+  v.name = "wq";
+  v.dtype = DType::kQ8_0;
+  v.shape = {w.n, w.k};
+  v.data = w.blocks.data();
+  v.nbytes = static_cast<int64_t>(w.blocks.size());
+  return v;
+}
+
+// LinearWeight packs Q8_0 for the host's own kernels where Q8PacksHere
+// holds, never for a layout others read. Every batch size then gives x_hat
+// times the dequantized weight: on the packed int8 kernel (up to
+// kPackedQ8MaxRows rows) within its f32 bound of the reference on the
+// rounded activations, and within twice that of the in-place int8 kernel
+// where that takes the batch too; above, the same bits as the blocks in
+// place (both dequantize the same values for the same GEMM).
+TEST(Q8PackedTest, LinearWeightPacksOnlyForTheCpuAndAgreesWithTheBlocksInPlace) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int64_t n = 96, k = 2816;
+  const Q8Weight w = MakeQ8(rng, n, k);
+  for (WeightLayout layout : {WeightLayout::kInPlace, WeightLayout::kForDevice}) {
+    auto lw = LinearWeight::Create(Q8View(w), ComputeType::kQuantized, layout);
+    ASSERT_TRUE(lw.ok()) << lw.status();
+    EXPECT_EQ(lw->storage(), WeightStorage::kQ8_0);
+    EXPECT_EQ(lw->data(), w.blocks.data());
+  }
+  auto f32 = LinearWeight::Create(Q8View(w), ComputeType::kF32, WeightLayout::kCpuPacked);
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  EXPECT_EQ(f32->storage(), WeightStorage::kF32);
+
+  auto packed = LinearWeight::Create(Q8View(w), ComputeType::kQuantized, WeightLayout::kCpuPacked);
+  auto in_place = LinearWeight::Create(Q8View(w), ComputeType::kQuantized);
+  ASSERT_TRUE(packed.ok() && in_place.ok());
+  if (!internal::Q8PacksHere()) {
+    EXPECT_EQ(packed->storage(), WeightStorage::kQ8_0);
+    GTEST_SKIP() << "Q8_0 is not packed here (no AVX512-VNNI, or AMX is usable)";
+  }
+  ASSERT_EQ(packed->storage(), WeightStorage::kQ8_0Packed);
+  EXPECT_TRUE(packed->quantized());
+  EXPECT_EQ(packed->nbytes(), internal::PackedQ8Bytes(n, k));
+  EXPECT_NE(packed->data(), w.blocks.data());
+  for (int64_t m : {1, 4, 8, 9, 16, 32, 33, 70}) {
+    const std::vector<float> x = Normal(rng, m * k);
+    std::vector<float> y(static_cast<size_t>(m * n), NAN), y0(y.size(), NAN);
+    Linear(x.data(), m, *packed, nullptr, y.data());
+    Linear(x.data(), m, *in_place, nullptr, y0.data());
+    if (m > internal::kPackedQ8MaxRows) {
+      EXPECT_TRUE(std::equal(y.begin(), y.end(), y0.begin()))
+          << "m " << m << ": the packed weight's dequantized batch differs from in place";
+      continue;
+    }
+    std::vector<float> xh(x.size()), ref(y.size());
+    for (int64_t i = 0; i < m; ++i) {
+      internal::QuantizeActivationsReference(x.data() + i * k, k, xh.data() + i * k);
+    }
+    ReferenceLinear(xh.data(), m, w.deq.data(), n, k, nullptr, ref.data());
+    const bool both_int8 = internal::QuantLinearUsesGemv(m);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double mag = 0;
+        for (int64_t l = 0; l < k; ++l) mag += std::fabs(double{xh[i * k + l]} * w.deq[j * k + l]);
+        const size_t at = static_cast<size_t>(i * n + j);
+        EXPECT_NEAR(y[at], ref[at], 1e-5 * mag) << "m " << m << ", y[" << i << ", " << j << "]";
+        if (both_int8) {
+          EXPECT_NEAR(y[at], y0[at], 2e-5 * mag) << "m " << m << ", in place, y[" << i << ", " << j << "]";
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::ops
