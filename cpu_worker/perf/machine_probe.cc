@@ -13,6 +13,7 @@
 #include "common/tensor.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/linear.h"
+#include "cpu_worker/ops/q8_0_packed.h"
 #include "cpu_worker/ops/quant_gemv.h"
 #include "cpu_worker/ops/stream_prefetch.h"
 #include "cpu_worker/perf/timing.h"
@@ -209,7 +210,10 @@ absl::StatusOr<std::vector<double>> CopyBandwidthGbs(int64_t bytes, int warmup, 
 }
 
 int64_t Int8KernelMaxRows() {
-  // Linear's own predicate, so the probe follows wherever the threshold
+  // Q8_0 weights packed at load, as the host device loads them where that
+  // is faster, run the packed kernel up to its own threshold.
+  if (ops::internal::Q8PacksHere()) return ops::internal::kPackedQ8MaxRows;
+  // Else Linear's own predicate, so the probe follows wherever the threshold
   // moves (it depends on whether the CPU has a bf16 GEMM to lose against).
   int64_t m = 0;
   while (m < 4096 && ops::internal::QuantLinearUsesGemv(m + 1)) ++m;
@@ -261,11 +265,13 @@ absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n,
                    : "ops::Linear, bf16 weights widened to f32 (no AVX512-BF16)";
       break;
     case GemmKind::kInt8:
-      if (lw.storage() != ops::WeightStorage::kQ8_0) {
+      if (!lw.quantized()) {
         return absl::InternalError("gemm probe: the Q8_0 weight was not kept quantized");
       }
-      r.path = absl::StrCat("ops::Linear, Q8_0 weights (int8 quant_gemv kernel, ",
-                            ops::KernelIsaName(ops::MaxKernelIsa()), ")");
+      r.path = lw.storage() == ops::WeightStorage::kQ8_0Packed
+                   ? "ops::Linear, Q8_0 weights packed (int8 q8_0_packed kernel, avx512_vnni)"
+                   : absl::StrCat("ops::Linear, Q8_0 weights (int8 quant_gemv kernel, ",
+                                  ops::KernelIsaName(ops::MaxKernelIsa()), ")");
       break;
   }
   std::vector<float> x(static_cast<size_t>(m * k));

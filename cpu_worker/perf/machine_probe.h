@@ -75,7 +75,8 @@ struct GemmMeasurement {
 absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n, int64_t k,
                                             int warmup, int repeats);
 
-// Rows up to which ops::Linear runs Q8_0 weights on the int8 kernels.
+// Rows up to which ops::Linear runs Q8_0 weights, as the host device loads
+// them, on the int8 kernels.
 int64_t Int8KernelMaxRows();
 
 // Microseconds per call of a 1-row Linear on a 16x16 f32 weight (the host

@@ -164,10 +164,15 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(r.model.costs,
                           ComputeModelCosts(engine->checkpoint(), engine->weights()));
   const std::string& st = r.model.costs.weight_storage;
-  const bool packed = !engine->weights().layers.empty() &&
-                      engine->weights().layers[0].q.storage() == ops::WeightStorage::kBF16Packed;
-  if (packed) {
+  const ops::WeightStorage first = engine->weights().layers.empty()
+                                       ? ops::WeightStorage::kF32
+                                       : engine->weights().layers[0].q.storage();
+  if (first == ops::WeightStorage::kBF16Packed) {
     r.model.compute = "bf16, packed for oneDNN's GEMM at load";
+  } else if (first == ops::WeightStorage::kQ8_0Packed) {
+    r.model.compute = absl::StrCat("Q8_0 packed for the int8 kernel at load; int8 in decode up to ",
+                                   perf::Int8KernelMaxRows(),
+                                   " rows, dequantized to bf16 above and in prefill");
   } else if (st == "f32" || (st == "bf16" && ops::CpuHasBf16())) {
     r.model.compute = st;
   } else if (st == "bf16" || st == "f16") {

@@ -32,6 +32,7 @@ const char* StorageName(ops::WeightStorage s) {
     case ops::WeightStorage::kF16:
       return "f16";
     case ops::WeightStorage::kQ8_0:
+    case ops::WeightStorage::kQ8_0Packed:  // bench_runner.cc names the packing
       return "q8_0";
     case ops::WeightStorage::kQ4_0:
       return "q4_0";

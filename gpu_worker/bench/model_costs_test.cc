@@ -2,6 +2,7 @@
 
 #include "common/checkpoint.h"
 #include "common/status_macros.h"
+#include "cpu_worker/ops/q8_0_packed.h"
 #include "gpu_worker/bench/engine_bench.h"
 #include "gpu_worker/bench/expert_usage.h"
 #include "gpu_worker/bench/synthetic_model.h"
@@ -68,12 +69,22 @@ TEST(ModelCostsTest, QuantizedBytesAreWhatTheKernelsRead) {
   EXPECT_EQ(cf->weight_storage, "f32");
   EXPECT_EQ(cf->dense_bytes, 4 * cf->dense_params);
   EXPECT_LT(cf->total_weight_bytes, 2 * cf->total_params);  // Q8_0 in the file
-  // Quantized compute reads the blocks: 34 bytes per 32 weights.
+  // Quantized compute reads the blocks: 34 bytes per 32 weights, each row
+  // padded to 64 bytes where the host device packs them.
   Loaded q = Load(false, DType::kQ8_0, ops::ComputeType::kQuantized);
   auto cq = ComputeModelCosts(q.engine->checkpoint(), q.engine->weights());
   ASSERT_TRUE(cq.ok());
   EXPECT_EQ(cq->weight_storage, "q8_0");
-  EXPECT_EQ(cq->dense_bytes, cq->dense_params / 32 * 34);
+  const bool packs = ops::internal::Q8PacksHere();
+  int64_t want = 0;
+  for (const LayerWeights& l : q.engine->weights().layers) {
+    for (const ops::LinearWeight* w : {&l.q, &l.k, &l.v, &l.o, &l.mlp.gate, &l.mlp.up, &l.mlp.down}) {
+      EXPECT_EQ(w->storage(), packs ? ops::WeightStorage::kQ8_0Packed : ops::WeightStorage::kQ8_0);
+      want += w->rows() * (packs ? ops::internal::PackedQ8RowBytes(w->cols()) : w->cols() / 32 * 34);
+    }
+  }
+  EXPECT_EQ(cq->dense_bytes, want);
+  if (!packs) EXPECT_EQ(cq->dense_bytes, cq->dense_params / 32 * 34);
 }
 
 TEST(ModelCostsTest, ExpertUsageSeesTheRoutedExperts) {

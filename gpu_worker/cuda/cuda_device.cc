@@ -52,7 +52,8 @@ DType StorageDType(ops::WeightStorage s) {
     case ops::WeightStorage::kF32: return DType::kF32;
     case ops::WeightStorage::kBF16: return DType::kBF16;
     case ops::WeightStorage::kF16: return DType::kF16;
-    case ops::WeightStorage::kQ8_0: return DType::kQ8_0;
+    case ops::WeightStorage::kQ8_0:
+    case ops::WeightStorage::kQ8_0Packed: return DType::kQ8_0;
     case ops::WeightStorage::kQ4_0: return DType::kQ4_0;
     case ops::WeightStorage::kQ4_1: return DType::kQ4_1;
   }
@@ -167,12 +168,15 @@ absl::Status CudaDevice::AddLinear(const ops::LinearWeight& w) {
     TANDEM_ASSIGN_OR_RETURN(d.data, DeviceBuffer::Allocate(elems * 4));
     TANDEM_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(d.data.data(), f.data(), elems * 4, cudaMemcpyHostToDevice));
-  } else if (w.storage() == ops::WeightStorage::kBF16Packed) {
-    // The CPU's blocked layout: the engine packs only the host device's
+  } else if (w.storage() == ops::WeightStorage::kBF16Packed ||
+             w.storage() == ops::WeightStorage::kQ8_0Packed) {
+    // The CPU kernels' layouts: the engine packs only the host device's
     // weights (ops::WeightLayout::kCpuPacked).
     return absl::FailedPreconditionError(absl::StrCat(
-        name(), ": a [", w.rows(), ", ", w.cols(), "] bf16 weight packed for the CPU; load "
-        "weights for this device with ops::WeightLayout::kForDevice"));
+        name(), ": a [", w.rows(), ", ", w.cols(), "] ",
+        w.storage() == ops::WeightStorage::kBF16Packed ? "bf16" : "Q8_0",
+        " weight packed for the CPU; load weights for this device with "
+        "ops::WeightLayout::kForDevice"));
   } else {
     // GGUF blocks: dequantized row by row, rounded to bf16.
     d.type = ActType::kBF16;

@@ -78,20 +78,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
     }
   }
   // The device says who reads the weights' bytes: the host device's CPU
-  // kernels only (bf16 packed for them where that is faster, and where the
-  // copies fit), or the CUDA device, which copies the row-major bytes and
+  // kernels only (bf16 and Q8_0 packed for them where that is faster, and
+  // where the copies fit), or the CUDA device, which copies the row-major bytes and
   // computes f32 and bf16 weights only (f16 checkpoints widened to f32 at
   // load for it).
   ops::WeightLayout layout = e->dev_->weight_layout();
   if (layout == ops::WeightLayout::kCpuPacked) {
-    TANDEM_ASSIGN_OR_RETURN(const int64_t packed, PackedBf16Bytes(*ckpt, options.compute));
+    TANDEM_ASSIGN_OR_RETURN(const int64_t packed, PackedWeightBytes(*ckpt, options.compute));
     const int64_t available = options.available_memory_bytes >= 0
                                   ? options.available_memory_bytes
                                   : AvailableMemoryBytes();
     if (packed > 0 && available >= 0 && packed > available / 10 * 9) {
       layout = ops::WeightLayout::kInPlace;
       e->load_notice_ = absl::StrFormat(
-          "bf16 weights stay where the model file maps them: packing them for the CPU's GEMM "
+          "weights stay where the model file maps them: packing them for the CPU's kernels "
           "would copy %.2f GB, and %.2f GB of memory is available (decode of several "
           "sequences runs up to 1.6x slower unpacked)",
           static_cast<double>(packed) / 1e9, static_cast<double>(available) / 1e9);

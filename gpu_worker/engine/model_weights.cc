@@ -11,6 +11,7 @@
 #include "common/quant.h"
 #include "common/status_macros.h"
 #include "cpu_worker/ops/onednn_matmul.h"
+#include "cpu_worker/ops/q8_0_packed.h"
 
 namespace tandem {
 namespace {
@@ -250,8 +251,10 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, ops::Com
   return w;
 }
 
-absl::StatusOr<int64_t> PackedBf16Bytes(const Checkpoint& ckpt, ops::ComputeType prefer) {
-  if (prefer == ops::ComputeType::kF32 || !ops::internal::Bf16PacksHere()) return 0;
+absl::StatusOr<int64_t> PackedWeightBytes(const Checkpoint& ckpt, ops::ComputeType prefer) {
+  const bool bf16 = prefer != ops::ComputeType::kF32 && ops::internal::Bf16PacksHere();
+  const bool q8 = prefer == ops::ComputeType::kQuantized && ops::internal::Q8PacksHere();
+  if (!bf16 && !q8) return 0;
   const ModelConfig& c = ckpt.config();
   int64_t bytes = 0;
   for (const ExpectedTensor& e : ExpectedTensors(c)) {
@@ -259,8 +262,12 @@ absl::StatusOr<int64_t> PackedBf16Bytes(const Checkpoint& ckpt, ops::ComputeType
     for (int64_t x = 0; x < copies; ++x) {
       TANDEM_ASSIGN_OR_RETURN(TensorView v,
                               e.expert ? ckpt.ExpertTensor(e.name, x) : ckpt.Tensor(e.name));
-      if (v.dtype != DType::kBF16 || v.rank() != 2) continue;
-      bytes += ops::internal::PackedBf16Bytes(v.dim(0), v.dim(1));
+      if (v.rank() != 2) continue;
+      if (bf16 && v.dtype == DType::kBF16) {
+        bytes += ops::internal::PackedBf16Bytes(v.dim(0), v.dim(1));
+      } else if (q8 && v.dtype == DType::kQ8_0) {
+        bytes += ops::internal::PackedQ8Bytes(v.dim(0), v.dim(1));
+      }
     }
   }
   return bytes;
