@@ -245,7 +245,10 @@ TANDEM_VNNI void DequantPackedQ8Avx512(const uint8_t* w, int64_t row_bytes, int6
 }
 
 // d * q exact in f32, rounded to nearest even by vcvtne2ps2bf16, as
-// DequantBlockBf16 (dequant_bf16.h) does for blocks in place.
+// DequantBlockBf16 (dequant_bf16.h) does for blocks in place. The loop is
+// the one above, repeated: this function is compiled for AVX512-BF16 and
+// the f32 one must run without it (VNNI CPUs without BF16 use f32 panels),
+// and GCC inlines no AVX512-BF16 code into a function compiled without it.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512bf16,avx2,fma,f16c"))) void
 DequantPackedQ8Bf16Avx512(const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0, int64_t rows,
                           uint16_t* dst) {
