@@ -19,20 +19,17 @@ namespace {
 using quant::ActQ8Packed;
 using quant::kBlock;
 
-// Where the r blocks of superblock s of a packed row begin, and the bytes
-// between its groups.
-int64_t SuperblockOffset(int64_t s) { return s * 512; }
-int64_t GroupBytes(int64_t nb, int64_t s) { return 4 * std::min<int64_t>(16, nb - 16 * s); }
-int64_t ScalesOffset(int64_t nb) { return 32 * nb; }
+using quant::LocatePackedQ8;
+using quant::PackedQ8ScalesOffset;
 
 void PackRow(const BlockQ8_0* b, int64_t nb, uint8_t* dst) {
-  auto* scales = reinterpret_cast<uint16_t*>(dst + ScalesOffset(nb));
+  auto* scales = reinterpret_cast<uint16_t*>(dst + PackedQ8ScalesOffset(nb));
   for (int64_t i = 0; i < nb; ++i) {
-    const int64_t s = i / 16, lane = i % 16, group = GroupBytes(nb, s);
-    uint8_t* q = dst + SuperblockOffset(s) + 4 * lane;
+    const quant::PackedQ8Superblock at = LocatePackedQ8(nb, i / 16);
+    uint8_t* q = dst + at.offset + 4 * (i % 16);
     for (int g = 0; g < 8; ++g) {
       for (int e = 0; e < 4; ++e) {
-        q[g * group + e] = static_cast<uint8_t>(b[i].qs[4 * g + e]) ^ 0x80;
+        q[g * at.group_bytes + e] = static_cast<uint8_t>(b[i].qs[4 * g + e]) ^ 0x80;
       }
     }
     scales[i] = b[i].d;
@@ -89,12 +86,14 @@ void UnpackQ8_0Row(const void* packed, int64_t k, void* blocks) {
   const int64_t nb = k / kBlock;
   const auto* in = static_cast<const uint8_t*>(packed);
   auto* b = static_cast<BlockQ8_0*>(blocks);
-  const auto* scales = reinterpret_cast<const uint16_t*>(in + ScalesOffset(nb));
+  const auto* scales = reinterpret_cast<const uint16_t*>(in + PackedQ8ScalesOffset(nb));
   for (int64_t i = 0; i < nb; ++i) {
-    const int64_t s = i / 16, group = GroupBytes(nb, s);
-    const uint8_t* q = in + SuperblockOffset(s) + 4 * (i % 16);
+    const quant::PackedQ8Superblock at = LocatePackedQ8(nb, i / 16);
+    const uint8_t* q = in + at.offset + 4 * (i % 16);
     for (int g = 0; g < 8; ++g) {
-      for (int e = 0; e < 4; ++e) b[i].qs[4 * g + e] = static_cast<int8_t>(q[g * group + e] ^ 0x80);
+      for (int e = 0; e < 4; ++e) {
+        b[i].qs[4 * g + e] = static_cast<int8_t>(q[g * at.group_bytes + e] ^ 0x80);
+      }
     }
     b[i].d = scales[i];
   }

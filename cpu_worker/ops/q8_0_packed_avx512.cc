@@ -98,8 +98,10 @@ TANDEM_VNNI inline void Superblock(const uint8_t* q, int64_t row_bytes, int64_t 
 template <int R, int C>
 TANDEM_VNNI void Tile(const PackedQ8Task& t, int64_t j, int64_t i0, uintptr_t* cursor,
                       uintptr_t end) {
+  // LocatePackedQ8's geometry, with the full superblocks counted once.
   const int64_t nb = t.k / kBlock;
   const int64_t full = nb / 16, r = nb % 16;
+  const int64_t parts = full + (r != 0 ? 1 : 0);
   const uint8_t* row = t.w + j * t.row_bytes;
   const ActQ8Packed* a = t.acts + i0 * t.act_stride;
   __m512 acc[R][C];
@@ -108,9 +110,8 @@ TANDEM_VNNI void Tile(const PackedQ8Task& t, int64_t j, int64_t i0, uintptr_t* c
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) acc[rr][c] = _mm512_setzero_ps();
   }
-  const int64_t parts = full + (r != 0 ? 1 : 0);
   const uintptr_t ahead = reinterpret_cast<uintptr_t>(row) + kAheadBytes;
-  const auto* scales = reinterpret_cast<const uint16_t*>(row + 32 * nb);
+  const auto* scales = reinterpret_cast<const uint16_t*>(row + PackedQ8ScalesOffset(nb));
   for (int64_t s = 0; s < parts; ++s) {
     if (cursor != nullptr) FetchUpTo(cursor, ahead + (s + 1) * R * t.row_bytes / parts, end);
     const bool in_full = s < full;
@@ -196,17 +197,6 @@ TransposeSuperblock(const uint8_t* q, int64_t group_bytes, int blocks, __m256i (
   }
 }
 
-// Superblock s of a packed row of nb blocks: where its bytes begin, the
-// bytes between its groups, and its block count.
-struct SuperblockAt {
-  int64_t offset, group_bytes;
-  int blocks;
-};
-inline SuperblockAt Locate(int64_t nb, int64_t s) {
-  const int64_t blocks = nb - 16 * s < 16 ? nb - 16 * s : 16;
-  return {s * 512, 4 * blocks, static_cast<int>(blocks)};
-}
-
 }  // namespace
 
 void PackedQ8RowsAvx512Vnni(const PackedQ8Task& t, int64_t n0, int64_t n1) {
@@ -227,9 +217,9 @@ TANDEM_VNNI void DequantPackedQ8Avx512(const uint8_t* w, int64_t row_bytes, int6
   const int64_t nb = k / kBlock;
   for (int64_t i = 0; i < rows; ++i) {
     const uint8_t* row = w + (r0 + i) * row_bytes;
-    const auto* scales = reinterpret_cast<const uint16_t*>(row + 32 * nb);
+    const auto* scales = reinterpret_cast<const uint16_t*>(row + PackedQ8ScalesOffset(nb));
     for (int64_t s = 0; s < (nb + 15) / 16; ++s) {
-      const SuperblockAt at = Locate(nb, s);
+      const PackedQ8Superblock at = LocatePackedQ8(nb, s);
       __m256i q[16];
       TransposeSuperblock(row + at.offset, at.group_bytes, at.blocks, q);
       for (int b = 0; b < at.blocks; ++b) {
@@ -255,9 +245,9 @@ DequantPackedQ8Bf16Avx512(const uint8_t* w, int64_t row_bytes, int64_t k, int64_
   const int64_t nb = k / kBlock;
   for (int64_t i = 0; i < rows; ++i) {
     const uint8_t* row = w + (r0 + i) * row_bytes;
-    const auto* scales = reinterpret_cast<const uint16_t*>(row + 32 * nb);
+    const auto* scales = reinterpret_cast<const uint16_t*>(row + PackedQ8ScalesOffset(nb));
     for (int64_t s = 0; s < (nb + 15) / 16; ++s) {
-      const SuperblockAt at = Locate(nb, s);
+      const PackedQ8Superblock at = LocatePackedQ8(nb, s);
       __m256i q[16];
       TransposeSuperblock(row + at.offset, at.group_bytes, at.blocks, q);
       for (int b = 0; b < at.blocks; ++b) {

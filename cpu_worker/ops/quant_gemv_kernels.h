@@ -97,6 +97,20 @@ struct alignas(64) ActQ8Packed {
 };
 static_assert(sizeof(ActQ8Packed) == 640);
 
+// Where the parts of a packed Q8_0 row of nb blocks lie (q8_0_packed.h):
+// superblock s's bytes begin at `offset`, its eight groups `group_bytes`
+// apart (4 bytes per block), and it holds `blocks` blocks (16, or fewer in
+// the last); the f16 scales follow all of them, at PackedQ8ScalesOffset.
+struct PackedQ8Superblock {
+  int64_t offset, group_bytes;
+  int blocks;
+};
+inline PackedQ8Superblock LocatePackedQ8(int64_t nb, int64_t s) {
+  const int64_t blocks = nb - 16 * s < 16 ? nb - 16 * s : 16;
+  return {s * 512, 4 * blocks, static_cast<int>(blocks)};
+}
+inline int64_t PackedQ8ScalesOffset(int64_t nb) { return 32 * nb; }
+
 // One call of the packed kernel: `acts` holds m rows of act_stride
 // superblocks.
 struct PackedQ8Task {
