@@ -36,8 +36,14 @@ void PackRow(const BlockQ8_0* b, int64_t nb, uint8_t* dst) {
   }
 }
 
-// One row of x, quantized per block of 32 and interleaved as the weights.
-void PrepRow(const float* x, int64_t nb, ActQ8Packed* out) {
+bool Avx512Vnni() {
+  static const bool yes = MaxKernelIsa() >= KernelIsa::kAvx512Vnni;
+  return yes;
+}
+
+}  // namespace
+
+void ReferencePrepPackedQ8Row(const float* x, int64_t nb, ActQ8Packed* out) {
   for (int64_t s = 0; s < (nb + 15) / 16; ++s) {
     ActQ8Packed& a = out[s];
     std::memset(&a, 0, sizeof(a));
@@ -51,13 +57,6 @@ void PrepRow(const float* x, int64_t nb, ActQ8Packed* out) {
     }
   }
 }
-
-bool Avx512Vnni() {
-  static const bool yes = MaxKernelIsa() >= KernelIsa::kAvx512Vnni;
-  return yes;
-}
-
-}  // namespace
 
 int64_t PackedQ8RowBytes(int64_t k) {
   const int64_t bytes = k / kBlock * static_cast<int64_t>(sizeof(BlockQ8_0));
@@ -112,7 +111,7 @@ void PackedQ8Linear(const float* x, int64_t m, const void* w, int64_t n, int64_t
   }
   ActQ8Packed* const acts = scratch.data();
 #pragma omp parallel for schedule(static) if (m * k > (1 << 16))
-  for (int64_t i = 0; i < m; ++i) PrepRow(x + i * k, nb, acts + i * supers);
+  for (int64_t i = 0; i < m; ++i) quant::PrepPackedQ8RowAvx512(x + i * k, nb, acts + i * supers);
 
   quant::PackedQ8Task task;
   task.w = static_cast<const uint8_t*>(w);

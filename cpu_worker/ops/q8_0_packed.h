@@ -33,6 +33,10 @@
 
 namespace tandem::ops::internal {
 
+namespace quant {
+struct ActQ8Packed;  // quant_gemv_kernels.h
+}  // namespace quant
+
 inline constexpr int64_t kQ8SuperBlock = 16;  // blocks of 32 per superblock
 
 // Bytes of one packed row of k inputs (k a multiple of 32), and of n rows.
@@ -66,6 +70,12 @@ inline constexpr int64_t kPackedQ8MaxRows = 32;
 // 1.25 * m * k bytes, grown once.
 void PackedQ8Linear(const float* x, int64_t m, const void* w, int64_t n, int64_t k,
                     const float* bias, float* y);
+
+// The plain loop the kernel's activation quantization (an AVX-512 one,
+// quant::PrepPackedQ8RowAvx512) is tested against: one row of x of nb
+// blocks quantized per block of 32 by QuantizeBlock and interleaved as the
+// packed weights, into (nb + 15) / 16 ActQ8Packed.
+void ReferencePrepPackedQ8Row(const float* x, int64_t nb, quant::ActQ8Packed* out);
 
 // Dequantizes packed rows [r0, r0 + rows) of a [?, k] weight to f32, or to
 // bf16 (d * q is exact in f32, then rounded to nearest even, as

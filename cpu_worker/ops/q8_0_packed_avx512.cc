@@ -2,6 +2,7 @@
 // the layout): per superblock of 16 blocks, eight vpdpbusd leave the 16
 // blocks' integer dot products one per dword lane, and one FMA scales them
 // by d_w * d_x into the row's f32 accumulator.
+#include <algorithm>
 #include <cstdint>
 
 #include "cpu_worker/ops/intrinsics.h"
@@ -210,6 +211,39 @@ void PackedQ8RowsAvx512Vnni(const PackedQ8Task& t, int64_t n0, int64_t n1) {
   }
   for (; j + kTileR <= n1; j += kTileR) Rows<kTileR, kTileC>(t, j, &cursor, end);
   for (; j < n1; ++j) Rows<1, kTileC>(t, j, &cursor, end);
+}
+
+// Per superblock: the blocks quantized by QuantizeBlockAvx512 into a
+// block-major scratch, whose dwords are then gathered into the eight
+// interleaved groups; the groups' bytes summed per lane (vpdpbusd against
+// ones) are the blocks' sums of q.
+TANDEM_VNNI void PrepPackedQ8RowAvx512(const float* x, int64_t nb, ActQ8Packed* out) {
+  // Dword g of block b is at scratch[8 * b + g]; group g gathers lanes b.
+  const __m512i by_block = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96,
+                                             104, 112, 120);
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t s = 0; s < (nb + 15) / 16; ++s) {
+    ActQ8Packed& a = out[s];
+    const int blocks = static_cast<int>(std::min<int64_t>(16, nb - 16 * s));
+    const auto lanes = static_cast<__mmask16>(blocks == 16 ? 0xffff : (1u << blocks) - 1);
+    alignas(64) int32_t scratch[16 * 8];
+    int32_t lane_sums[8];
+    for (int b = 0; b < 16; ++b) {
+      a.dx[b] = b < blocks ? QuantizeBlockAvx512(x + (16 * s + b) * kBlock,
+                                                 reinterpret_cast<int8_t*>(scratch + 8 * b),
+                                                 lane_sums)
+                           : 0.0f;
+    }
+    __m512i sums = _mm512_setzero_si512();
+    for (int g = 0; g < 8; ++g) {
+      const __m512i group = _mm512_mask_i32gather_epi32(
+          _mm512_setzero_si512(), lanes, _mm512_add_epi32(by_block, _mm512_set1_epi32(g)),
+          scratch, 4);
+      _mm512_store_si512(a.q + 64 * g, group);
+      sums = _mm512_dpbusd_epi32(sums, ones, group);
+    }
+    _mm512_store_si512(a.comp, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-128)));
+  }
 }
 
 TANDEM_VNNI void DequantPackedQ8Avx512(const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0,

@@ -19,6 +19,8 @@
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/quant_gemv.h"
+#include "cpu_worker/ops/quant_gemv_kernels.h"
+#include "cpu_worker/ops/quantize_test_inputs.h"
 #include "gtest/gtest.h"
 
 namespace tandem::ops {
@@ -158,6 +160,35 @@ TEST(Q8PackedTest, RowResultDoesNotDependOnTheBatchOrThreads) {
 
 // The larger batches' dequantization: the values ConvertToF32 gives the
 // blocks in place, bit for bit (and their bf16 rounding).
+// The kernel's vectorized activation quantization and interleaving against
+// the plain loop, byte for byte, on activations hard to quantize.
+TEST(Q8PackedTest, QuantizesActivationsAsThePlainLoop) {
+  if (!KernelRuns()) GTEST_SKIP() << "no AVX512-VNNI (or TANDEM_CPU_ISA caps it)";
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const int64_t k : kWidths) {
+    SCOPED_TRACE(::testing::Message() << "k " << k);
+    const int64_t nb = k / 32, supers = (nb + 15) / 16;
+    const std::vector<float> x = HardToQuantize(rng, k);
+    std::vector<internal::quant::ActQ8Packed> want(static_cast<size_t>(supers));
+    std::vector<internal::quant::ActQ8Packed> got(static_cast<size_t>(supers));
+    std::memset(got.data(), 0xee, got.size() * sizeof(got[0]));
+    internal::ReferencePrepPackedQ8Row(x.data(), nb, want.data());
+    internal::quant::PrepPackedQ8RowAvx512(x.data(), nb, got.data());
+    for (int64_t s = 0; s < supers; ++s) {
+      SCOPED_TRACE(::testing::Message() << "superblock " << s);
+      const auto& w = want[static_cast<size_t>(s)];
+      const auto& g = got[static_cast<size_t>(s)];
+      EXPECT_EQ(std::memcmp(w.q, g.q, sizeof(w.q)), 0);
+      for (int lane = 0; lane < 16; ++lane) {
+        EXPECT_EQ(w.comp[lane], g.comp[lane]) << "lane " << lane;
+        EXPECT_EQ(w.dx[lane], g.dx[lane]) << "lane " << lane;
+      }
+    }
+  }
+}
+
 TEST(Q8PackedTest, DequantizesAsTheBlocksInPlace) {
   if (!KernelRuns()) GTEST_SKIP() << "no AVX512-VNNI (or TANDEM_CPU_ISA caps it)";
   const uint32_t seed = std::random_device{}();

@@ -27,11 +27,6 @@ using quant::QuantizeBlock;
 // faster than 1 MiB at m = 64 and 512 (linear_bench, BM_QuantPath).
 constexpr int64_t kPanelBytes = int64_t{4} << 20;
 
-// Sum of q[4L .. 4L+3] for the 8 dword lanes of a block.
-inline void LaneSums(const int8_t* q, int32_t* s) {
-  for (int l = 0; l < 8; ++l) s[l] = q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3];
-}
-
 void PrepRow512(const float* x, int64_t k, DType t, Act512* out) {
   const int64_t nb = k / kBlock;
   const int64_t pairs = (nb + 1) / 2;
@@ -43,8 +38,7 @@ void PrepRow512(const float* x, int64_t k, DType t, Act512* out) {
       if (b >= nb) break;
       int8_t q[kBlock];
       int32_t s[8];
-      const float d = QuantizeBlock(x + b * kBlock, q);
-      LaneSums(q, s);
+      const float d = quant::QuantizeBlockAvx512(x + b * kBlock, q, s);
       // Lane index of block-lane l (elements 4l .. 4l+3) in the pair.
       int lane[8];
       if (t == DType::kQ8_0) {
@@ -77,10 +71,9 @@ void PrepRow256(const float* x, int64_t k, DType t, Act256* out) {
   for (int64_t b = 0; b < k / kBlock; ++b) {
     Act256& a = out[b];
     std::memset(&a, 0, sizeof(a));
-    a.xs = QuantizeBlock(x + b * kBlock, a.q);
-    if (t == DType::kQ8_0) continue;  // the kernel takes signed products directly
     int32_t s[8];
-    LaneSums(a.q, s);
+    a.xs = quant::QuantizeBlockAvx2(x + b * kBlock, a.q, s);
+    if (t == DType::kQ8_0) continue;  // the kernel takes signed products directly
     for (int l = 0; l < 8; ++l) {
       if (t == DType::kQ4_0) {
         a.c.i[l] = -8 * s[l];

@@ -28,6 +28,12 @@ inline float QuantizeBlock(const float* x, int8_t* q) {
   return d;
 }
 
+// QuantizeBlock on 16 and on 8 lanes (quantize_block_simd.cc; the same d
+// and q bits), also writing the sums of q[4l .. 4l + 3] for the block's
+// eight dword lanes l, from which every layout's correction terms come.
+float QuantizeBlockAvx512(const float* x, int8_t* q, int32_t* lane_sums);
+float QuantizeBlockAvx2(const float* x, int8_t* q, int32_t* lane_sums);
+
 // Per row of x and per pair of blocks (2p, 2p + 1), for the AVX-512 kernel.
 // `q` holds the two blocks in the byte order in which the kernel unpacks the
 // weights: Q8_0 [b0 0..31 | b1 0..31]; Q4_0/Q4_1 [b0 0..15 | b1 0..15 |
@@ -125,6 +131,9 @@ struct PackedQ8Task {
 
 // Output columns [n0, n1) for all m rows, on the packed weight.
 void PackedQ8RowsAvx512Vnni(const PackedQ8Task& t, int64_t n0, int64_t n1);
+// One row of x of nb blocks into (nb + 15) / 16 ActQ8Packed: the same bits
+// as QuantizeBlock per block, sixteen lanes at a time.
+void PrepPackedQ8RowAvx512(const float* x, int64_t nb, ActQ8Packed* out);
 // Packed rows [r0, r0 + rows) dequantized to f32 or bf16 (dst rows k
 // apart).
 void DequantPackedQ8Avx512(const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0,

@@ -13,10 +13,12 @@
 // so only f32 scaling/accumulation error remains: 1e-5 * sum |x_hat w|.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <ostream>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +29,8 @@
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/quant_gemv.h"
+#include "cpu_worker/ops/quant_gemv_kernels.h"
+#include "cpu_worker/ops/quantize_test_inputs.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -375,6 +379,41 @@ TEST_P(QuantLinearTest, ConcurrentCallsFromThreads) {
 INSTANTIATE_TEST_SUITE_P(Formats, QuantLinearTest,
                          ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_1),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+// QuantizeBlock's SIMD forms against the scalar loop, bit for bit: d, q
+// and the eight lane sums of q[4l .. 4l + 3], on activations hard to
+// quantize, for each form the CPU runs (TANDEM_CPU_ISA caps them).
+TEST(QuantizeBlockTest, SimdFormsMatchTheScalarLoop) {
+  std::vector<std::pair<const char*, float (*)(const float*, int8_t*, int32_t*)>> forms;
+  if (MaxKernelIsa() >= KernelIsa::kAvx2) {
+    forms.emplace_back("avx2", internal::quant::QuantizeBlockAvx2);
+  }
+  if (MaxKernelIsa() >= KernelIsa::kAvx512Vnni) {
+    forms.emplace_back("avx512", internal::quant::QuantizeBlockAvx512);
+  }
+  if (forms.empty()) GTEST_SKIP() << "no AVX2 (or TANDEM_CPU_ISA caps it)";
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const std::vector<float> x = HardToQuantize(rng, 32 * 512);
+  for (const auto& [name, form] : forms) {
+    SCOPED_TRACE(name);
+    for (int64_t b = 0; b < 512; ++b) {
+      SCOPED_TRACE(::testing::Message() << "block " << b);
+      int8_t want_q[32], got_q[32];
+      int32_t got_sums[8];
+      const float want_d = internal::quant::QuantizeBlock(x.data() + 32 * b, want_q);
+      const float got_d = form(x.data() + 32 * b, got_q, got_sums);
+      EXPECT_EQ(std::memcmp(&want_d, &got_d, sizeof(float)), 0) << want_d << " " << got_d;
+      EXPECT_EQ(std::memcmp(want_q, got_q, 32), 0);
+      for (int l = 0; l < 8; ++l) {
+        EXPECT_EQ(got_sums[l], want_q[4 * l] + want_q[4 * l + 1] + want_q[4 * l + 2] +
+                                   want_q[4 * l + 3])
+            << "lane " << l;
+      }
+    }
+  }
+}
 
 TEST(QuantLinearIsaTest, ReportsIsa) {
   std::printf("kernel ISA: %s (features: %s)\n", KernelIsaName(MaxKernelIsa()),
