@@ -208,6 +208,28 @@ absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeTy
   return lw;
 }
 
+void LinearGroup(const LinearCall* calls, int64_t count) {
+  bool packed_q8 = true;
+  for (int64_t c = 0; c < count && packed_q8; ++c) {
+    packed_q8 = calls[c].w->storage() == WeightStorage::kQ8_0Packed &&
+                calls[c].m <= internal::kPackedQ8MaxRows;
+  }
+  if (!packed_q8) {
+    for (int64_t c = 0; c < count; ++c) {
+      Linear(calls[c].x, calls[c].m, *calls[c].w, calls[c].bias, calls[c].y);
+    }
+    return;
+  }
+  thread_local std::vector<internal::PackedQ8Call> packed;
+  packed.clear();
+  for (int64_t c = 0; c < count; ++c) {
+    const LinearCall& l = calls[c];
+    TANDEM_CHECK(l.w->data() != nullptr && l.m >= 0);
+    packed.push_back({l.x, l.m, l.w->data(), l.w->rows(), l.w->cols(), l.bias, l.y});
+  }
+  internal::PackedQ8LinearGroup(packed.data(), count);
+}
+
 void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y) {
   TANDEM_CHECK(w.data() != nullptr);
   TANDEM_CHECK(m >= 0);

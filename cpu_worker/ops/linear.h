@@ -171,6 +171,21 @@ class LinearWeight {
 // where the switches lie).
 void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y);
 
+// One Linear call's operands, for LinearGroup.
+struct LinearCall {
+  const float* x;
+  int64_t m;
+  const LinearWeight* w;
+  const float* bias;
+  float* y;
+};
+
+// Each call as Linear runs it (the same bits). Where all of them are on
+// packed Q8_0 weights within the int8 kernel's rows, their rows share one
+// parallel region and calls on the same x quantize it once
+// (internal::PackedQ8LinearGroup); otherwise they run one after another.
+void LinearGroup(const LinearCall* calls, int64_t count);
+
 namespace internal {
 // The most rows Linear sends to the small-batch kernel (gemv.h) for
 // weights computing in `t` (kF32 or kBF16); larger batches go to oneDNN.

@@ -26,13 +26,34 @@ absl::StatusOr<LinearWeight> LoadExpert(const Checkpoint& ckpt, const std::strin
 }  // namespace
 
 void RunMlp(const MlpWeights& m, const float* x, int64_t rows, float* out, MlpScratch& s) {
-  const int64_t ffn = m.gate.rows();
-  Grow(s.gate, rows * ffn);
-  Grow(s.up, rows * ffn);
-  Linear(x, rows, m.gate, nullptr, s.gate.data());
-  Linear(x, rows, m.up, nullptr, s.up.data());
-  SwiGlu(s.gate.data(), s.up.data(), rows * ffn, s.gate.data());
-  Linear(s.gate.data(), rows, m.down, nullptr, out);
+  const MlpCall call{&m, x, rows, out};
+  RunMlps(&call, 1, s);
+}
+
+void RunMlps(const MlpCall* calls, int64_t count, MlpScratch& s) {
+  int64_t elems = 0;
+  for (int64_t c = 0; c < count; ++c) elems += calls[c].rows * calls[c].w->gate.rows();
+  Grow(s.gate, elems);
+  Grow(s.up, elems);
+  thread_local std::vector<LinearCall> linear;
+  linear.clear();
+  int64_t at = 0;
+  for (int64_t c = 0; c < count; ++c) {
+    const MlpCall& m = calls[c];
+    linear.push_back({m.x, m.rows, &m.w->gate, nullptr, s.gate.data() + at});
+    linear.push_back({m.x, m.rows, &m.w->up, nullptr, s.up.data() + at});
+    at += m.rows * m.w->gate.rows();
+  }
+  LinearGroup(linear.data(), static_cast<int64_t>(linear.size()));
+  SwiGlu(s.gate.data(), s.up.data(), elems, s.gate.data());
+  linear.clear();
+  at = 0;
+  for (int64_t c = 0; c < count; ++c) {
+    const MlpCall& m = calls[c];
+    linear.push_back({s.gate.data() + at, m.rows, &m.w->down, nullptr, m.out});
+    at += m.rows * m.w->gate.rows();
+  }
+  LinearGroup(linear.data(), static_cast<int64_t>(linear.size()));
 }
 
 absl::StatusOr<MlpWeights> LoadMlp(const Checkpoint& ckpt, int64_t layer,

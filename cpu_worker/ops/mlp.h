@@ -27,6 +27,20 @@ struct MlpScratch {
 
 void RunMlp(const MlpWeights& m, const float* x, int64_t rows, float* out, MlpScratch& scratch);
 
+// One MLP's operands, for RunMlps.
+struct MlpCall {
+  const MlpWeights* w;
+  const float* x;  // [rows, hidden]
+  int64_t rows;
+  float* out;  // [rows, hidden]
+};
+
+// RunMlp for each call (the same bits): the gates and ups of all of them
+// as one LinearGroup, then the downs as another, so that a MoE layer's
+// experts on packed Q8_0 weights take two parallel regions, not three
+// each. The scratch holds every call's rows at once.
+void RunMlps(const MlpCall* calls, int64_t count, MlpScratch& scratch);
+
 // Loads blk.<layer>.ffn_{gate,up,down}<suffix> (suffix ".weight" for dense
 // layers, "_shexp.weight" for the shared expert).
 absl::StatusOr<MlpWeights> LoadMlp(const Checkpoint& ckpt, int64_t layer,

@@ -100,38 +100,83 @@ void UnpackQ8_0Row(const void* packed, int64_t k, void* blocks) {
 
 void PackedQ8Linear(const float* x, int64_t m, const void* w, int64_t n, int64_t k,
                     const float* bias, float* y) {
-  TANDEM_CHECK(m >= 0 && n > 0 && k > 0 && k % kBlock == 0);
-  TANDEM_CHECK(Avx512Vnni() && "packed Q8_0 weights need AVX512-VNNI");
-  if (m == 0) return;
-  const int64_t nb = k / kBlock, supers = (nb + 15) / 16;
-  // The activations, quantized once per call (read by all the threads).
-  thread_local std::vector<ActQ8Packed> scratch;
-  if (static_cast<int64_t>(scratch.size()) < m * supers) {
-    scratch.resize(static_cast<size_t>(m * supers));
-  }
-  ActQ8Packed* const acts = scratch.data();
-#pragma omp parallel for schedule(static) if (m * k > (1 << 16))
-  for (int64_t i = 0; i < m; ++i) quant::PrepPackedQ8RowAvx512(x + i * k, nb, acts + i * supers);
+  const PackedQ8Call call{x, m, w, n, k, bias, y};
+  PackedQ8LinearGroup(&call, 1);
+}
 
-  quant::PackedQ8Task task;
-  task.w = static_cast<const uint8_t*>(w);
-  task.row_bytes = PackedQ8RowBytes(k);
-  task.m = m;
-  task.n = n;
-  task.k = k;
-  task.acts = acts;
-  task.act_stride = supers;
-  task.bias = bias;
-  task.y = y;
+void PackedQ8LinearGroup(const PackedQ8Call* calls, int64_t count) {
+  TANDEM_CHECK(Avx512Vnni() && "packed Q8_0 weights need AVX512-VNNI");
+  // Per call: where its activations begin in the scratch (a call on the same
+  // x as an earlier one reads that one's), and whether it quantizes them.
+  thread_local std::vector<int64_t> act_at;
+  thread_local std::vector<char> quantizes;
+  thread_local std::vector<ActQ8Packed> scratch;
+  thread_local std::vector<quant::PackedQ8Task> tasks;
+  struct Item {
+    int64_t task, n0, n1;
+  };
+  thread_local std::vector<Item> items;
+  act_at.assign(static_cast<size_t>(count), -1);
+  quantizes.assign(static_cast<size_t>(count), 0);
+  int64_t acts = 0, work = 0;
+  for (int64_t c = 0; c < count; ++c) {
+    const PackedQ8Call& a = calls[c];
+    TANDEM_CHECK(a.m >= 0 && a.n > 0 && a.k > 0 && a.k % kBlock == 0);
+    work += a.n * a.k * std::min<int64_t>(a.m, 8);
+    for (int64_t e = 0; e < c && act_at[c] < 0; ++e) {
+      const PackedQ8Call& b = calls[e];
+      if (b.x == a.x && b.m == a.m && b.k == a.k) act_at[c] = act_at[e];
+    }
+    if (act_at[c] < 0) {
+      quantizes[c] = 1;
+      act_at[c] = acts;
+      acts += a.m * ((a.k / kBlock + 15) / 16);
+    }
+  }
+  if (static_cast<int64_t>(scratch.size()) < acts) scratch.resize(static_cast<size_t>(acts));
+  // The activations, quantized once (read by all the threads).
+  for (int64_t c = 0; c < count; ++c) {
+    const PackedQ8Call& a = calls[c];
+    if (quantizes[c] == 0) continue;
+    const int64_t nb = a.k / kBlock, supers = (nb + 15) / 16;
+    ActQ8Packed* out = scratch.data() + act_at[c];
+#pragma omp parallel for schedule(static) if (a.m * a.k > (1 << 16))
+    for (int64_t i = 0; i < a.m; ++i) {
+      quant::PrepPackedQ8RowAvx512(a.x + i * a.k, nb, out + i * supers);
+    }
+  }
+
   // Items of about 1 MiB of weight rows, handed out dynamically (as
   // QuantLinear's): a thread's rows are one stream, and a thread that loses
-  // a time slice is covered by the other. Each output is one item's.
-  const bool parallel = n * k * std::min<int64_t>(m, 8) > (1 << 17);
-  const int64_t item = StreamItemRows(n, task.row_bytes, 8, parallel);
-  const int64_t items = (n + item - 1) / item;
+  // a time slice is covered by the other. Each output is one item's, and
+  // the calls' items share one parallel region.
+  const bool parallel = work > (1 << 17);
+  tasks.resize(static_cast<size_t>(count));
+  items.clear();
+  for (int64_t c = 0; c < count; ++c) {
+    const PackedQ8Call& a = calls[c];
+    if (a.m == 0) continue;
+    quant::PackedQ8Task& t = tasks[static_cast<size_t>(c)];
+    t.w = static_cast<const uint8_t*>(a.w);
+    t.row_bytes = PackedQ8RowBytes(a.k);
+    t.m = a.m;
+    t.n = a.n;
+    t.k = a.k;
+    t.acts = scratch.data() + act_at[c];
+    t.act_stride = (a.k / kBlock + 15) / 16;
+    t.bias = a.bias;
+    t.y = a.y;
+    const int64_t item = StreamItemRows(a.n, t.row_bytes, 8, parallel);
+    for (int64_t n0 = 0; n0 < a.n; n0 += item) items.push_back({c, n0, std::min(a.n, n0 + item)});
+  }
+  // (The region's other threads see their own thread_local vectors.)
+  const Item* const item_list = items.data();
+  const quant::PackedQ8Task* const task_list = tasks.data();
+  const auto total = static_cast<int64_t>(items.size());
 #pragma omp parallel for schedule(dynamic) if (parallel)
-  for (int64_t b = 0; b < items; ++b) {
-    quant::PackedQ8RowsAvx512Vnni(task, b * item, std::min(n, (b + 1) * item));
+  for (int64_t i = 0; i < total; ++i) {
+    const Item& it = item_list[i];
+    quant::PackedQ8RowsAvx512Vnni(task_list[it.task], it.n0, it.n1);
   }
 }
 

@@ -77,6 +77,22 @@ void PackedQ8Linear(const float* x, int64_t m, const void* w, int64_t n, int64_t
 // packed weights, into (nb + 15) / 16 ActQ8Packed.
 void ReferencePrepPackedQ8Row(const float* x, int64_t nb, quant::ActQ8Packed* out);
 
+// One PackedQ8Linear's operands.
+struct PackedQ8Call {
+  const float* x;
+  int64_t m;
+  const void* w;
+  int64_t n, k;
+  const float* bias;
+  float* y;
+};
+
+// The calls, each the same bits as PackedQ8Linear gives it, with all their
+// rows handed out in one parallel region, and x quantized once for calls on
+// the same x (m and k): a MoE decode step is many matrices of a few MB, and
+// every region's start and end cost both threads.
+void PackedQ8LinearGroup(const PackedQ8Call* calls, int64_t count);
+
 // Dequantizes packed rows [r0, r0 + rows) of a [?, k] weight to f32, or to
 // bf16 (d * q is exact in f32, then rounded to nearest even, as
 // DequantRowsBf16Avx512 does for blocks in place); dst rows k elements apart.

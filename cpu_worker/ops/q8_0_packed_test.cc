@@ -12,12 +12,14 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
 #include "common/quant.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/linear.h"
+#include "cpu_worker/ops/mlp.h"
 #include "cpu_worker/ops/quant_gemv.h"
 #include "cpu_worker/ops/quant_gemv_kernels.h"
 #include "cpu_worker/ops/quantize_test_inputs.h"
@@ -281,6 +283,93 @@ TEST(Q8PackedTest, LinearWeightPacksOnlyForTheCpuAndAgreesWithTheBlocksInPlace) 
       }
     }
   }
+}
+
+// LinearGroup and RunMlps against the calls one by one, bit for bit: calls
+// of different shapes in one group, two on the same x (quantized once), an
+// empty one, with and without bias, on one thread and on all; a group with
+// a call past the int8 kernel's rows (run one by one); and three experts'
+// MLPs of 1, 2 and 1 rows.
+TEST(Q8PackedTest, GroupedCallsGiveEachCallItsOwnBits) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<Q8Weight> q8;
+  std::vector<LinearWeight> w;
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{96, 2816}, {200, 544}, {64, 2816}}) {
+    q8.push_back(MakeQ8(rng, n, k));
+    auto lw = LinearWeight::Create(Q8View(q8.back()), ComputeType::kQuantized,
+                                   WeightLayout::kCpuPacked);
+    ASSERT_TRUE(lw.ok()) << lw.status();
+    w.push_back(*std::move(lw));
+  }
+  if (!internal::Q8PacksHere()) GTEST_SKIP() << "Q8_0 is not packed here";
+  const std::vector<float> xa = Normal(rng, 2816), xb = Normal(rng, 3 * 544);
+  const std::vector<float> xc = Normal(rng, 32 * 2816), xd = Normal(rng, 33 * 544);
+  const std::vector<float> bias = Normal(rng, 200);
+  struct Case {
+    const float* x;
+    int64_t m;
+    int weight;
+    const float* bias;
+  };
+  const std::vector<std::vector<Case>> groups = {
+      {{xa.data(), 1, 0, nullptr},
+       {xa.data(), 1, 2, nullptr},
+       {xb.data(), 3, 1, bias.data()},
+       {xb.data(), 0, 1, nullptr},
+       {xc.data(), 32, 0, nullptr}},
+      {{xa.data(), 1, 2, nullptr}, {xd.data(), 33, 1, bias.data()}},
+  };
+  const int threads = omp_get_max_threads();
+  for (int t : {1, threads}) {
+    omp_set_num_threads(t);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      SCOPED_TRACE(::testing::Message() << "group " << g << ", threads " << t);
+      std::vector<std::vector<float>> got, want;
+      std::vector<LinearCall> calls;
+      for (const Case& c : groups[g]) {
+        const LinearWeight& lw = w[static_cast<size_t>(c.weight)];
+        want.emplace_back(static_cast<size_t>(c.m * lw.rows()) + 1, 7.0f);
+        got.emplace_back(want.back().size(), 7.0f);
+        Linear(c.x, c.m, lw, c.bias, want.back().data());
+      }
+      for (size_t i = 0; i < groups[g].size(); ++i) {
+        const Case& c = groups[g][i];
+        calls.push_back({c.x, c.m, &w[static_cast<size_t>(c.weight)], c.bias, got[i].data()});
+      }
+      LinearGroup(calls.data(), static_cast<int64_t>(calls.size()));
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "call " << i;
+    }
+  }
+  omp_set_num_threads(threads);
+
+  // Experts of hidden 544 and ffn 224: gate and up 224 x 544, down 544 x 224.
+  std::vector<MlpWeights> experts;
+  for (int e = 0; e < 3; ++e) {
+    MlpWeights m;
+    for (LinearWeight* part : {&m.gate, &m.up, &m.down}) {
+      q8.push_back(part == &m.down ? MakeQ8(rng, 544, 224) : MakeQ8(rng, 224, 544));
+      auto lw = LinearWeight::Create(Q8View(q8.back()), ComputeType::kQuantized,
+                                     WeightLayout::kCpuPacked);
+      ASSERT_TRUE(lw.ok()) << lw.status();
+      *part = *std::move(lw);
+    }
+    experts.push_back(std::move(m));
+  }
+  const std::vector<float> x = Normal(rng, 4 * 544);
+  std::vector<float> want(4 * 544), got(4 * 544, 7.0f);
+  const int64_t rows[] = {1, 2, 1}, first[] = {0, 1, 3};
+  MlpScratch scratch;
+  std::vector<MlpCall> calls;
+  for (int e = 0; e < 3; ++e) {
+    RunMlp(experts[static_cast<size_t>(e)], x.data() + first[e] * 544, rows[e],
+           want.data() + first[e] * 544, scratch);
+    calls.push_back({&experts[static_cast<size_t>(e)], x.data() + first[e] * 544, rows[e],
+                     got.data() + first[e] * 544});
+  }
+  RunMlps(calls.data(), 3, scratch);
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace

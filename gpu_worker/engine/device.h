@@ -137,6 +137,15 @@ class Device {
   // y[rows, N] = x[rows, K] · w^T (+ bias[N], a vector of the weights).
   virtual absl::Status Linear(const float* x, int64_t rows, const ops::LinearWeight& w,
                               const float* bias, float* y) = 0;
+  // Linear for each call, the same results; a device may run them together
+  // (the host device: in one parallel region, where ops::LinearGroup can).
+  virtual absl::Status LinearGroup(const ops::LinearCall* calls, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+      const ops::LinearCall& c = calls[i];
+      if (absl::Status s = Linear(c.x, c.m, *c.w, c.bias, c.y); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   // out[rows, hidden] = down(silu(gate(x)) * up(x)).
   virtual absl::Status Mlp(const ops::MlpWeights& w, const float* x, int64_t rows,
                            float* out) = 0;

@@ -23,9 +23,9 @@ absl::Status Engine::Project(int64_t l, const MicroBatch& mb) {
   const float* qb = lw.q_bias.empty() ? nullptr : lw.q_bias.data();
   const float* kb = lw.k_bias.empty() ? nullptr : lw.k_bias.data();
   const float* vb = lw.v_bias.empty() ? nullptr : lw.v_bias.data();
-  TANDEM_RETURN_IF_ERROR(dev_->Linear(h, rows, lw.q, qb, q));
-  TANDEM_RETURN_IF_ERROR(dev_->Linear(h, rows, lw.k, kb, k));
-  TANDEM_RETURN_IF_ERROR(dev_->Linear(h, rows, lw.v, vb, v));
+  const ops::LinearCall qkv[] = {
+      {h, rows, &lw.q, qb, q}, {h, rows, &lw.k, kb, k}, {h, rows, &lw.v, vb, v}};
+  TANDEM_RETURN_IF_ERROR(dev_->LinearGroup(qkv, 3));
   const float eps = c.rms_norm_eps;
   if (c.qk_norm == QkNorm::kPerHead) {
     TANDEM_RETURN_IF_ERROR(

@@ -106,6 +106,11 @@ absl::Status HostDevice::Linear(const float* x, int64_t rows, const ops::LinearW
   return absl::OkStatus();
 }
 
+absl::Status HostDevice::LinearGroup(const ops::LinearCall* calls, int64_t count) {
+  ops::LinearGroup(calls, count);
+  return absl::OkStatus();
+}
+
 absl::Status HostDevice::Mlp(const ops::MlpWeights& w, const float* x, int64_t rows,
                              float* out) {
   ops::RunMlp(w, x, rows, out, mlp_scratch_);
@@ -173,21 +178,46 @@ absl::Status HostDevice::ScatterAddRows(const float* x, int64_t width, const int
   return absl::OkStatus();
 }
 
-// One expert at a time: the fused MoE path of the CPU kernels (gather the
-// run's rows, one pass over the expert's weights for all of them).
+// The fused MoE path of the CPU kernels: each run's rows gathered, one
+// pass over each expert's weights for all of them. Runs of a few rows
+// together (decode) go to RunMlps as one group, whose gates and ups share a
+// parallel region and whose downs share another; larger runs go alone, as
+// their scratch grows with the rows and their matrices fill a region.
 absl::Status HostDevice::RunExperts(const float* x, int64_t width,
                                     const std::vector<ExpertRun>& runs, float* out) {
-  for (const ExpertRun& r : runs) {
-    if (r.n == 0) continue;
-    const size_t need = static_cast<size_t>(r.n * width);
+  constexpr int64_t kGroupRows = 64;
+  size_t first = 0;
+  while (first < runs.size()) {
+    size_t last = first;
+    int64_t rows = 0;
+    while (last < runs.size() && (last == first || rows + runs[last].n <= kGroupRows)) {
+      rows += runs[last++].n;
+    }
+    const size_t need = static_cast<size_t>(rows * width);
     if (expert_in_.size() < need) {
       TANDEM_ASSIGN_OR_RETURN(expert_in_, HugePageArray::Allocate(need));
       TANDEM_ASSIGN_OR_RETURN(expert_out_, HugePageArray::Allocate(need));
     }
-    TANDEM_RETURN_IF_ERROR(GatherRows(x, width, r.rows, r.n, expert_in_.data()));
-    TANDEM_RETURN_IF_ERROR(Mlp(*r.weights, expert_in_.data(), r.n, expert_out_.data()));
-    TANDEM_RETURN_IF_ERROR(
-        ScatterAddRows(expert_out_.data(), width, r.rows, r.scales, r.n, out));
+    expert_calls_.clear();
+    int64_t at = 0;
+    for (size_t i = first; i < last; ++i) {
+      const ExpertRun& r = runs[i];
+      if (r.n == 0) continue;
+      float* in = expert_in_.data() + at * width;
+      TANDEM_RETURN_IF_ERROR(GatherRows(x, width, r.rows, r.n, in));
+      expert_calls_.push_back({r.weights, in, r.n, expert_out_.data() + at * width});
+      at += r.n;
+    }
+    ops::RunMlps(expert_calls_.data(), static_cast<int64_t>(expert_calls_.size()), mlp_scratch_);
+    at = 0;
+    for (size_t i = first; i < last; ++i) {
+      const ExpertRun& r = runs[i];
+      if (r.n == 0) continue;
+      TANDEM_RETURN_IF_ERROR(ScatterAddRows(expert_out_.data() + at * width, width, r.rows,
+                                            r.scales, r.n, out));
+      at += r.n;
+    }
+    first = last;
   }
   return absl::OkStatus();
 }

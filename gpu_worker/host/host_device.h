@@ -37,6 +37,7 @@ class HostDevice : public Device {
   absl::Status AddScaled(const float* x, float scale, int64_t n, float* y) override;
   absl::Status AddBias(const float* bias, int64_t rows, int64_t width, float* y) override;
   absl::Status Zero(float* x, int64_t n) override;
+  absl::Status LinearGroup(const ops::LinearCall* calls, int64_t count) override;
   absl::Status Linear(const float* x, int64_t rows, const ops::LinearWeight& w,
                       const float* bias, float* y) override;
   absl::Status Mlp(const ops::MlpWeights& w, const float* x, int64_t rows, float* out) override;
@@ -62,7 +63,8 @@ class HostDevice : public Device {
   bool prepared_ = false;
   std::vector<float> inv_freq_;
   ops::MlpScratch mlp_scratch_;
-  HugePageArray expert_in_, expert_out_;  // [rows, width] of one run
+  HugePageArray expert_in_, expert_out_;  // [rows, width] of the runs RunExperts groups
+  std::vector<ops::MlpCall> expert_calls_;
   std::vector<ops::DecodeQuery> decode_queries_;
 };
 
