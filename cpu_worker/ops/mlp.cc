@@ -1,5 +1,11 @@
 #include "cpu_worker/ops/mlp.h"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "cpu_worker/ops/elementwise.h"
@@ -30,7 +36,80 @@ void RunMlp(const MlpWeights& m, const float* x, int64_t rows, float* out, MlpSc
   RunMlps(&call, 1, s);
 }
 
+namespace internal {
+
+bool ShareMlpsOut(const std::vector<double>& costs, int threads) {
+  if (threads < 2 || static_cast<int64_t>(costs.size()) < threads) return false;
+  std::vector<double> sorted = costs;
+  std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+  std::vector<double> load(static_cast<size_t>(threads), 0.0);
+  double total = 0;
+  for (double c : sorted) {
+    *std::min_element(load.begin(), load.end()) += c;
+    total += c;
+  }
+  return *std::max_element(load.begin(), load.end()) <= 1.1 * total / threads;
+}
+
+}  // namespace internal
+
+namespace {
+
+// One MLP on the calling thread alone (the kernels' regions, nested in
+// RunMlps's, run on one thread).
+void RunMlpHere(const MlpCall& m, std::vector<float>& gate, std::vector<float>& up) {
+  const int64_t elems = m.rows * m.w->gate.rows();
+  Grow(gate, elems);
+  Grow(up, elems);
+  const LinearCall gate_up[] = {{m.x, m.rows, &m.w->gate, nullptr, gate.data()},
+                                {m.x, m.rows, &m.w->up, nullptr, up.data()}};
+  LinearGroup(gate_up, 2);
+  SwiGlu(gate.data(), up.data(), elems, gate.data());
+  Linear(gate.data(), m.rows, m.w->down, nullptr, m.out);
+}
+
+// RunMlps's whole MLPs per thread; false (nothing run) where they do not
+// share out evenly or nested regions would not run on one thread.
+bool RunMlpsSharedOut(const MlpCall* calls, int64_t count, MlpScratch& s) {
+  const int threads = omp_get_max_threads();
+  if (threads < 2 || count < threads || omp_in_parallel() || omp_get_max_active_levels() > 1) {
+    return false;
+  }
+  thread_local std::vector<double> costs;
+  thread_local std::vector<int64_t> order;
+  costs.clear();
+  for (int64_t c = 0; c < count; ++c) {
+    const MlpCall& m = calls[c];
+    if (m.rows > internal::kShareMlpMaxRows) return false;
+    const double bytes = static_cast<double>(m.w->gate.nbytes() + m.w->up.nbytes() +
+                                             m.w->down.nbytes());
+    costs.push_back(bytes * (1.0 + static_cast<double>(m.rows) / internal::kShareMlpMaxRows));
+  }
+  if (!internal::ShareMlpsOut(costs, threads)) return false;
+  // The costliest first, each to whichever thread is free: the assignment
+  // ShareMlpsOut judged, whatever the team's size turns out to be.
+  order.resize(static_cast<size_t>(count));
+  for (int64_t c = 0; c < count; ++c) order[static_cast<size_t>(c)] = c;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return costs[static_cast<size_t>(a)] > costs[static_cast<size_t>(b)];
+  });
+  if (static_cast<int>(s.thread_gate.size()) < threads) {
+    s.thread_gate.resize(static_cast<size_t>(threads));
+    s.thread_up.resize(static_cast<size_t>(threads));
+  }
+  const int64_t* const next = order.data();  // thread_local: not read by the others
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t i = 0; i < count; ++i) {
+    const auto t = static_cast<size_t>(omp_get_thread_num());
+    RunMlpHere(calls[next[i]], s.thread_gate[t], s.thread_up[t]);
+  }
+  return true;
+}
+
+}  // namespace
+
 void RunMlps(const MlpCall* calls, int64_t count, MlpScratch& s) {
+  if (RunMlpsSharedOut(calls, count, s)) return;
   int64_t elems = 0;
   for (int64_t c = 0; c < count; ++c) elems += calls[c].rows * calls[c].w->gate.rows();
   Grow(s.gate, elems);

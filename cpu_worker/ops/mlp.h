@@ -23,6 +23,8 @@ struct MlpWeights {
 struct MlpScratch {
   std::vector<float> gate;  // [rows, ffn]
   std::vector<float> up;    // [rows, ffn]
+  // Per OpenMP thread, for calls that RunMlps shares out whole.
+  std::vector<std::vector<float>> thread_gate, thread_up;
 };
 
 void RunMlp(const MlpWeights& m, const float* x, int64_t rows, float* out, MlpScratch& scratch);
@@ -35,11 +37,26 @@ struct MlpCall {
   float* out;  // [rows, hidden]
 };
 
-// RunMlp for each call (the same bits): the gates and ups of all of them
-// as one LinearGroup, then the downs as another, so that a MoE layer's
-// experts on packed Q8_0 weights take two parallel regions, not three
-// each. The scratch holds every call's rows at once.
+// RunMlp for each call (the same bits: every kernel's row results are the
+// same on one thread or several). A MoE layer's decode experts are a few
+// matrices of a few MB each, and a parallel region for each costs both
+// threads its start and end. So where the calls are of a few rows and
+// share out evenly over the threads (internal::ShareMlpsOut), each thread
+// runs whole MLPs on its own, one region for all; otherwise the gates and
+// ups of all of them run as one LinearGroup, then the downs as another (on
+// packed Q8_0 weights two regions, not three per MLP; the scratch then
+// holds every call's rows at once).
 void RunMlps(const MlpCall* calls, int64_t count, MlpScratch& scratch);
+
+namespace internal {
+// Whether RunMlps shares out whole MLPs of these costs (a call's weight
+// bytes, scaled up by its rows) over `threads` threads: if the longest
+// processing time first assignment of them loads no thread more than 10 %
+// above the mean.
+bool ShareMlpsOut(const std::vector<double>& costs, int threads);
+// Calls of more rows than this are split across the threads.
+inline constexpr int64_t kShareMlpMaxRows = 16;
+}  // namespace internal
 
 // Loads blk.<layer>.ffn_{gate,up,down}<suffix> (suffix ".weight" for dense
 // layers, "_shexp.weight" for the shared expert).
