@@ -106,10 +106,8 @@ bool RunMlpsSharedOut(const MlpCall* calls, int64_t count, MlpScratch& s) {
   return true;
 }
 
-}  // namespace
-
-void RunMlps(const MlpCall* calls, int64_t count, MlpScratch& s) {
-  if (RunMlpsSharedOut(calls, count, s)) return;
+// The calls' gates and ups as one LinearGroup, then their downs as another.
+void RunMlpsGrouped(const MlpCall* calls, int64_t count, MlpScratch& s) {
   int64_t elems = 0;
   for (int64_t c = 0; c < count; ++c) elems += calls[c].rows * calls[c].w->gate.rows();
   Grow(s.gate, elems);
@@ -133,6 +131,23 @@ void RunMlps(const MlpCall* calls, int64_t count, MlpScratch& s) {
     at += m.rows * m.w->gate.rows();
   }
   LinearGroup(linear.data(), static_cast<int64_t>(linear.size()));
+}
+
+}  // namespace
+
+void RunMlps(const MlpCall* calls, int64_t count, MlpScratch& s) {
+  if (RunMlpsSharedOut(calls, count, s)) return;
+  // Groups of up to kGroupMaxRows rows (a call of more alone), so that the
+  // scratch stays the size of a few rows' activations.
+  int64_t first = 0;
+  while (first < count) {
+    int64_t last = first + 1, rows = calls[first].rows;
+    while (last < count && rows + calls[last].rows <= internal::kGroupMaxRows) {
+      rows += calls[last++].rows;
+    }
+    RunMlpsGrouped(calls + first, last - first, s);
+    first = last;
+  }
 }
 
 absl::StatusOr<MlpWeights> LoadMlp(const Checkpoint& ckpt, int64_t layer,

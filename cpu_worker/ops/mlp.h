@@ -44,8 +44,8 @@ struct MlpCall {
 // share out evenly over the threads (internal::ShareMlpsOut), each thread
 // runs whole MLPs on its own, one region for all; otherwise the gates and
 // ups of all of them run as one LinearGroup, then the downs as another (on
-// packed Q8_0 weights two regions, not three per MLP; the scratch then
-// holds every call's rows at once).
+// packed Q8_0 weights two regions, not three per MLP), kGroupMaxRows rows
+// at a time.
 void RunMlps(const MlpCall* calls, int64_t count, MlpScratch& scratch);
 
 namespace internal {
@@ -56,6 +56,9 @@ namespace internal {
 bool ShareMlpsOut(const std::vector<double>& costs, int threads);
 // Calls of more rows than this are split across the threads.
 inline constexpr int64_t kShareMlpMaxRows = 16;
+// RunMlps groups calls of up to this many rows in all (a larger call runs
+// alone): large calls fill a region on their own.
+inline constexpr int64_t kGroupMaxRows = 64;
 }  // namespace internal
 
 // Loads blk.<layer>.ffn_{gate,up,down}<suffix> (suffix ".weight" for dense

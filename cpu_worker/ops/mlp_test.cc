@@ -72,9 +72,10 @@ TEST(MlpTest, RunMlpsGivesEachCallTheBitsOfRunMlp) {
   const int64_t hidden = 544, ffn = 224;
   // Rows per call: shared out (four single rows, and eight), grouped (1, 2,
   // 1: they do not share out evenly over two threads), split (past
-  // kShareMlpMaxRows).
+  // kShareMlpMaxRows), and in groups of up to kGroupMaxRows rows (40 | 30,
+  // 8 | 70).
   const std::vector<std::vector<int64_t>> cases = {
-      {1, 1, 1, 1}, {2, 1, 3, 1, 1, 2, 1, 1}, {1, 2, 1}, {20, 24}};
+      {1, 1, 1, 1}, {2, 1, 3, 1, 1, 2, 1, 1}, {1, 2, 1}, {20, 24}, {40, 30, 8, 70}};
   for (DType t : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     SCOPED_TRACE(DTypeName(t));
     std::vector<Weight> parts;

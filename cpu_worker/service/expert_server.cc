@@ -151,11 +151,13 @@ int64_t ExpertServer::Handle(absl::Span<const uint8_t> request, absl::Span<uint8
   std::memcpy(reply.data(), &rh, sizeof(rh));
   float* out = reinterpret_cast<float*>(reply.data() + wire::ReplyRowsOffset(0));
   const float* in = req->rows;
+  calls_.clear();
   for (const auto& j : req->jobs) {
-    if (j.rows > 0) ops::RunMlp(experts_.at(Key(h.layer, j.expert)), in, j.rows, out, scratch_);
+    if (j.rows > 0) calls_.push_back({&experts_.at(Key(h.layer, j.expert)), in, j.rows, out});
     in += j.rows * h.hidden;
     out += j.rows * h.hidden;
   }
+  ops::RunMlps(calls_.data(), static_cast<int64_t>(calls_.size()), scratch_);
   return wire::ReplyBytes(h.total_rows, h.hidden);
 }
 

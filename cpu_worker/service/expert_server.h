@@ -68,6 +68,7 @@ class ExpertServer {
   int64_t hidden_ = 0;
   absl::flat_hash_map<int64_t, ops::MlpWeights> experts_;  // key: layer * 2^20 + expert
   ops::MlpScratch scratch_;
+  std::vector<ops::MlpCall> calls_;  // one request's jobs, for RunMlps
   std::function<void()> on_first_request_;
 };
 

@@ -10,9 +10,11 @@ absl::Status LocalExpertOffload::Submit(int64_t layer, const std::vector<ExpertJ
   const LayerWeights* lw = &weights_->layers[static_cast<size_t>(layer)];
   pending_ = std::async(std::launch::async, [lw, jobs] {
     ops::MlpScratch scratch;
+    std::vector<ops::MlpCall> calls;
     for (const ExpertJob& j : jobs) {
-      ops::RunMlp(lw->experts[static_cast<size_t>(j.expert)], j.input, j.rows, j.output, scratch);
+      calls.push_back({&lw->experts[static_cast<size_t>(j.expert)], j.input, j.rows, j.output});
     }
+    ops::RunMlps(calls.data(), static_cast<int64_t>(calls.size()), scratch);
   });
   return absl::OkStatus();
 }

@@ -180,17 +180,17 @@ absl::Status HostDevice::ScatterAddRows(const float* x, int64_t width, const int
 
 // The fused MoE path of the CPU kernels: each run's rows gathered, one
 // pass over each expert's weights for all of them. Runs of a few rows
-// together (decode) go to RunMlps as one group, whose gates and ups share a
-// parallel region and whose downs share another; larger runs go alone, as
-// their scratch grows with the rows and their matrices fill a region.
+// together (decode) go to RunMlps at once, which shares them out over the
+// threads or groups their matrices' parallel regions; larger runs go alone,
+// as the gathered rows grow with them and their matrices fill a region.
 absl::Status HostDevice::RunExperts(const float* x, int64_t width,
                                     const std::vector<ExpertRun>& runs, float* out) {
-  constexpr int64_t kGroupRows = 64;
   size_t first = 0;
   while (first < runs.size()) {
     size_t last = first;
     int64_t rows = 0;
-    while (last < runs.size() && (last == first || rows + runs[last].n <= kGroupRows)) {
+    while (last < runs.size() &&
+           (last == first || rows + runs[last].n <= ops::internal::kGroupMaxRows)) {
       rows += runs[last++].n;
     }
     const size_t need = static_cast<size_t>(rows * width);
