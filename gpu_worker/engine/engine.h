@@ -240,13 +240,26 @@ class Engine {
   float* FfnIn() { return h_.data() + row0_ * config().hidden_size; }
   float* FfnOut() { return out_.data() + row0_ * config().hidden_size; }
   // The MoE step (engine_moe.cc): reads h_, writes out_.
-  struct MoeRoute;
+  // One MoE layer's routing for a step, and where each activated expert
+  // runs; one is kept (moe_route_) so that its vectors are not allocated
+  // anew for every layer of every step.
+  struct MoeRoute {
+    std::vector<std::vector<int64_t>> tokens;  // [expert] its tokens, in token order
+    std::vector<std::vector<float>> weights;   // [expert] their routing weights
+    std::vector<char> on_cpu;                  // [expert] computed by the expert offload
+    std::vector<int> local_order;              // the device's experts, in run order
+    LayerPlan plan;                            // the expert cache's plan, when it is on
+    std::vector<ExpertJob> jobs;               // the offload's experts
+    std::vector<int64_t> remote_rows;          // the tokens of the jobs' rows, in order
+    std::vector<ExpertRun> runs;               // RunLocalExperts' runs
+    std::vector<ops::MlpWeights> cached;       // the expert cache's weights of the runs
+  };
   absl::Status Moe(int64_t layer, const LayerWeights& l, int64_t rows);
   // Routes the tokens and places each activated expert.
   absl::Status RouteMoe(int64_t layer, const LayerWeights& lw, int64_t rows, MoeRoute& route);
   absl::Status SubmitRemoteExperts(int64_t layer, MoeRoute& route);
   absl::Status RunLocalExperts(int64_t layer, const LayerWeights& lw, int64_t rows,
-                               const MoeRoute& route);
+                               MoeRoute& route);
   absl::Status CollectRemoteExperts(int64_t layer, const MoeRoute& route);
   // Picks the layers whose FFN weights are streamed under
   // options.weight_budget_bytes and sets up the pager.
@@ -333,6 +346,7 @@ class Engine {
   std::vector<float> cc_in_;      // [T, hidden] h_ on the host, for the CPU's MLP rows
   std::vector<float> cc_out_;     // [T, hidden] their partial output
   ops::MlpScratch cc_scratch_;
+  MoeRoute moe_route_;
   Scratch cc_dev_;                // [T, hidden] that output on a device of its own memory
   int64_t prefill_gpu_tokens_ = 0;  // n_g (EngineOptions)
   int64_t step_gpu_rows_ = 0;       // this step's n_g: rows whose CC part runs on the device

@@ -10,22 +10,10 @@
 
 namespace tandem {
 
-// One MoE layer's routing for a step, and where each activated expert runs.
-struct Engine::MoeRoute {
-  std::vector<std::vector<int64_t>>
-      tokens;  // [expert] its tokens, in token order
-  std::vector<std::vector<float>> weights;  // [expert] their routing weights
-  std::vector<char> on_cpu;          // [expert] computed by the expert offload
-  std::vector<int> local_order;      // the device's experts, in run order
-  LayerPlan plan;                    // the expert cache's plan, when it is on
-  std::vector<ExpertJob> jobs;       // the offload's experts
-  std::vector<int64_t> remote_rows;  // the tokens of the jobs' rows, in order
-};
-
 // Routed experts (+ the shared expert): reads h_, writes out_. Each expert
 // runs once over all the tokens routed to it.
 absl::Status Engine::Moe(int64_t layer, const LayerWeights& lw, int64_t rows) {
-  MoeRoute route;
+  MoeRoute& route = moe_route_;  // its vectors keep their capacity from step to step
   TANDEM_RETURN_IF_ERROR(RouteMoe(layer, lw, rows, route));
   TANDEM_RETURN_IF_ERROR(SubmitRemoteExperts(layer, route));
   TANDEM_RETURN_IF_ERROR(RunLocalExperts(layer, lw, rows, route));
@@ -55,8 +43,13 @@ absl::Status Engine::RouteMoe(int64_t layer, const LayerWeights& lw,
   TANDEM_RETURN_IF_ERROR(dev_->RouteTopK(router_logits_.data(), rows, experts,
                                          k, c.norm_topk_prob, route_ids_.data(),
                                          route_w_.data()));
-  route.tokens.assign(static_cast<size_t>(experts), {});
-  route.weights.assign(static_cast<size_t>(experts), {});
+  route.tokens.resize(static_cast<size_t>(experts));
+  route.weights.resize(static_cast<size_t>(experts));
+  for (auto& t : route.tokens) t.clear();
+  for (auto& w : route.weights) w.clear();
+  route.local_order.clear();
+  route.jobs.clear();
+  route.remote_rows.clear();
   for (int64_t t = 0; t < rows; ++t) {
     for (int64_t j = 0; j < k; ++j) {
       const size_t r = static_cast<size_t>(t * k + j);
@@ -142,14 +135,15 @@ absl::Status Engine::SubmitRemoteExperts(int64_t layer, MoeRoute& route) {
 // its own once its copy is issued, so the GPU computes one while the next
 // is still crossing the link (the loads' order is the plan's).
 absl::Status Engine::RunLocalExperts(int64_t layer, const LayerWeights& lw,
-                                     int64_t rows, const MoeRoute& route) {
+                                     int64_t rows, MoeRoute& route) {
   const int64_t hidden = config().hidden_size;
   TANDEM_RETURN_IF_ERROR(dev_->Zero(FfnOut(), rows * hidden));
   const size_t count = route.local_order.size();
   const size_t hits = cache_ != nullptr ? route.plan.gpu_hits.size() : count;
-  std::vector<ops::MlpWeights> cached(cache_ != nullptr ? count : 0);
-  std::vector<ExpertRun> runs;
-  runs.reserve(count);
+  std::vector<ops::MlpWeights>& cached = route.cached;
+  std::vector<ExpertRun>& runs = route.runs;
+  cached.resize(cache_ != nullptr ? count : 0);
+  runs.clear();
   for (size_t i = 0; i < count; ++i) {
     const int e = route.local_order[i];
     const ops::MlpWeights* w = &lw.experts[static_cast<size_t>(e)];
