@@ -97,7 +97,8 @@ bool RunMlpsSharedOut(const MlpCall* calls, int64_t count, MlpScratch& s) {
     s.thread_gate.resize(static_cast<size_t>(threads));
     s.thread_up.resize(static_cast<size_t>(threads));
   }
-  const int64_t* const next = order.data();  // thread_local: not read by the others
+  // `order` is thread_local: the team reads it through this pointer.
+  const int64_t* const next = order.data();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t i = 0; i < count; ++i) {
     const auto t = static_cast<size_t>(omp_get_thread_num());
