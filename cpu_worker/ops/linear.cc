@@ -21,7 +21,7 @@
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/onednn_matmul.h"
-#include "cpu_worker/ops/q8_0_packed.h"
+#include "cpu_worker/ops/quant_packed.h"
 #include "cpu_worker/ops/quant_gemv.h"
 #include "cpu_worker/ops/widened_linear.h"
 
@@ -177,15 +177,17 @@ absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeTy
     lw.type_ = ComputeType::kF32;
     lw.storage_ = WeightStorage::kF16;
     lw.data_ = w.data;
-  } else if (w.dtype == DType::kQ8_0 && prefer == ComputeType::kQuantized &&
-             layout == WeightLayout::kCpuPacked && internal::Q8PacksHere()) {
-    // Repacked once for the int8 kernel (q8_0_packed.h): the same bytes,
+  } else if (DTypeIsQuantized(w.dtype) && prefer == ComputeType::kQuantized &&
+             layout == WeightLayout::kCpuPacked && internal::QuantPacksHere()) {
+    // Repacked once for the int8 kernel (quant_packed.h): the same bytes,
     // interleaved so that 16 blocks' dot products take eight instructions.
     lw.type_ = ComputeType::kF32;
-    lw.storage_ = WeightStorage::kQ8_0Packed;
-    lw.nbytes_ = internal::PackedQ8Bytes(n, k);
+    lw.storage_ = w.dtype == DType::kQ8_0   ? WeightStorage::kQ8_0Packed
+                  : w.dtype == DType::kQ4_0 ? WeightStorage::kQ4_0Packed
+                                            : WeightStorage::kQ4_1Packed;
+    lw.nbytes_ = internal::PackedQuantBytes(w.dtype, n, k);
     lw.owned_ = AllocateWeight(static_cast<size_t>(lw.nbytes_));
-    internal::PackQ8_0(w.data, n, k, lw.owned_.get());
+    internal::PackQuant(w.dtype, w.data, n, k, lw.owned_.get());
     lw.data_ = lw.owned_.get();
   } else if (DTypeIsQuantized(w.dtype) && prefer == ComputeType::kQuantized) {
     // Computed on the blocks in place (the int8 kernels run on any CPU).
@@ -208,45 +210,60 @@ absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeTy
   return lw;
 }
 
-void LinearGroup(const LinearCall* calls, int64_t count) {
-  bool packed_q8 = true;
-  for (int64_t c = 0; c < count && packed_q8; ++c) {
-    packed_q8 = calls[c].w->storage() == WeightStorage::kQ8_0Packed &&
-                calls[c].m <= internal::kPackedQ8MaxRows;
+DType LinearWeight::block_type() const {
+  switch (storage_) {
+    case WeightStorage::kQ8_0:
+    case WeightStorage::kQ8_0Packed:
+      return DType::kQ8_0;
+    case WeightStorage::kQ4_0:
+    case WeightStorage::kQ4_0Packed:
+      return DType::kQ4_0;
+    case WeightStorage::kQ4_1:
+    case WeightStorage::kQ4_1Packed:
+      return DType::kQ4_1;
+    default:
+      TANDEM_CHECK(false && "block_type() of a weight that is not quantized");
+      return DType::kF32;
   }
-  if (!packed_q8) {
+}
+
+void LinearGroup(const LinearCall* calls, int64_t count) {
+  bool packed = true;
+  for (int64_t c = 0; c < count && packed; ++c) {
+    packed = calls[c].w->packed_quant() && calls[c].m <= internal::kPackedQuantMaxRows;
+  }
+  if (!packed) {
     for (int64_t c = 0; c < count; ++c) {
       Linear(calls[c].x, calls[c].m, *calls[c].w, calls[c].bias, calls[c].y);
     }
     return;
   }
-  thread_local std::vector<internal::PackedQ8Call> packed;
-  packed.clear();
+  thread_local std::vector<internal::PackedQuantCall> group;
+  group.clear();
   for (int64_t c = 0; c < count; ++c) {
     const LinearCall& l = calls[c];
     TANDEM_CHECK(l.w->data() != nullptr && l.m >= 0);
-    packed.push_back({l.x, l.m, l.w->data(), l.w->rows(), l.w->cols(), l.bias, l.y});
+    group.push_back(
+        {l.w->block_type(), l.x, l.m, l.w->data(), l.w->rows(), l.w->cols(), l.bias, l.y});
   }
-  internal::PackedQ8LinearGroup(packed.data(), count);
+  internal::PackedQuantLinearGroup(group.data(), count);
 }
 
 void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y) {
   TANDEM_CHECK(w.data() != nullptr);
   TANDEM_CHECK(m >= 0);
   if (m == 0) return;
-  if (w.storage() == WeightStorage::kQ8_0Packed) {
-    if (m <= internal::kPackedQ8MaxRows) {
-      internal::PackedQ8Linear(x, m, w.data(), w.rows(), w.cols(), bias, y);
+  if (w.packed_quant()) {
+    if (m <= internal::kPackedQuantMaxRows) {
+      internal::PackedQuantLinear(w.block_type(), x, m, w.data(), w.rows(), w.cols(), bias, y);
     } else {
-      internal::QuantLinearViaGemm(x, m, w.data(), DType::kQ8_0, w.rows(), w.cols(), bias, y,
-                                   /*panel_rows=*/0, /*q8_packed=*/true);
+      internal::QuantLinearViaGemm(x, m, w.data(), w.block_type(), w.rows(), w.cols(), bias, y,
+                                   /*panel_rows=*/0, /*packed=*/true);
     }
     return;
   }
   if (w.quantized()) {
-    const DType t = w.storage() == WeightStorage::kQ8_0   ? DType::kQ8_0
-                    : w.storage() == WeightStorage::kQ4_0 ? DType::kQ4_0
-                                                          : DType::kQ4_1;
+    const DType t = w.block_type();
     if (internal::QuantLinearUsesGemv(m)) {
       internal::QuantLinear(x, m, w.data(), t, w.rows(), w.cols(), bias, y, MaxKernelIsa());
     } else if (internal::QuantUsesAmxKernel(m, w.cols())) {

@@ -85,9 +85,13 @@ enum class WeightStorage {
   kBF16Packed,  // an owned copy in oneDNN's blocked layout (PackBf16 in onednn_matmul.h)
   kF16,         // in place, computed in f32 on the widened values
   kQ8_0,  // GGUF blocks (common/quant.h), rows of K / 32 blocks, in place
-  kQ8_0Packed,  // an owned copy of Q8_0 blocks for the int8 kernel (q8_0_packed.h)
   kQ4_0,
   kQ4_1,
+  // Owned copies of Q8_0, Q4_0 and Q4_1 blocks packed for the int8 kernel
+  // (quant_packed.h).
+  kQ8_0Packed,
+  kQ4_0Packed,
+  kQ4_1Packed,
 };
 
 // True if the CPU can run bf16 GEMMs (AVX512-BF16, probed at run time).
@@ -99,10 +103,10 @@ bool CpuHasBf16();
 //               the GPU worker reads too, and callers that read data());
 //   kCpuPacked  only this process's CPU kernels read them: as kInPlace,
 //               but bf16 weights computing in bf16 are packed into an owned
-//               copy where internal::Bf16PacksHere holds, and Q8_0 weights
-//               computed quantized where internal::Q8PacksHere holds (the
-//               same bytes again, which the mapping's clean pages can give
-//               back);
+//               copy where internal::Bf16PacksHere holds, and Q8_0, Q4_0
+//               and Q4_1 weights computed quantized where
+//               internal::QuantPacksHere holds (the same bytes again,
+//               which the mapping's clean pages can give back);
 //   kForDevice  a device reads the row-major bytes and computes only f32
 //               and bf16 weights (the CUDA device): as kInPlace, but f16
 //               weights are converted to f32 at load.
@@ -119,8 +123,9 @@ class LinearWeight {
   // place (storage kF16, compute kF32) unless `prefer` is kF32, `layout` is
   // kForDevice or F16WidenedInPlace does not hold. bf16 views computing in
   // bf16 are packed (storage kBF16Packed) where `layout` is kCpuPacked and
-  // Bf16PacksHere holds; so are Q8_0 views computed quantized (storage
-  // kQ8_0Packed) where Q8PacksHere holds.
+  // Bf16PacksHere holds; so are Q8_0, Q4_0 and Q4_1 views computed
+  // quantized (storage kQ8_0Packed, kQ4_0Packed, kQ4_1Packed) where
+  // QuantPacksHere holds.
   static absl::StatusOr<LinearWeight> Create(const TensorView& w, ComputeType prefer,
                                              WeightLayout layout = WeightLayout::kInPlace);
 
@@ -131,13 +136,21 @@ class LinearWeight {
   ComputeType compute_type() const { return type_; }
   WeightStorage storage() const { return storage_; }
   bool quantized() const {
-    return storage_ == WeightStorage::kQ8_0 || storage_ == WeightStorage::kQ8_0Packed ||
-           storage_ == WeightStorage::kQ4_0 || storage_ == WeightStorage::kQ4_1;
+    return storage_ == WeightStorage::kQ8_0 || storage_ == WeightStorage::kQ4_0 ||
+           storage_ == WeightStorage::kQ4_1 || packed_quant();
   }
+  // Quantized blocks packed for the int8 kernel (kQ8_0Packed, kQ4_0Packed,
+  // kQ4_1Packed).
+  bool packed_quant() const {
+    return storage_ == WeightStorage::kQ8_0Packed || storage_ == WeightStorage::kQ4_0Packed ||
+           storage_ == WeightStorage::kQ4_1Packed;
+  }
+  // The GGUF block type of quantized storage (packed or in place).
+  DType block_type() const;
   // [N, K] in storage(): f32, bf16 or f16 elements, GGUF blocks, packed
-  // bf16 or packed Q8_0. Only f32, bf16 and f16 storage may be read as
-  // [N, K] elements, only kQ8_0/kQ4_0/kQ4_1 as rows of GGUF blocks.
-  // (With kBF16Packed and kQ8_0Packed, nbytes() counts the zero padding.)
+  // bf16 or packed quantized blocks. Only f32, bf16 and f16 storage may be
+  // read as [N, K] elements, only kQ8_0/kQ4_0/kQ4_1 as rows of GGUF blocks.
+  // (With packed storage, nbytes() counts the zero padding.)
   const void* data() const { return data_; }
   // Bytes of the matrix data() points at (what a pass over the weight reads).
   int64_t nbytes() const { return nbytes_; }
@@ -181,9 +194,9 @@ struct LinearCall {
 };
 
 // Each call as Linear runs it (the same bits). Where all of them are on
-// packed Q8_0 weights within the int8 kernel's rows, their rows share one
-// parallel region and calls on the same x quantize it once
-// (internal::PackedQ8LinearGroup); otherwise they run one after another.
+// packed quantized weights within the int8 kernel's rows, their rows share
+// one parallel region and calls on the same x quantize it once
+// (internal::PackedQuantLinearGroup); otherwise they run one after another.
 void LinearGroup(const LinearCall* calls, int64_t count);
 
 namespace internal {

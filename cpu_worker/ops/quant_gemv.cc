@@ -10,7 +10,7 @@
 #include "cpu_worker/ops/amx_linear.h"
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/onednn_matmul.h"
-#include "cpu_worker/ops/q8_0_packed.h"
+#include "cpu_worker/ops/quant_packed.h"
 #include "cpu_worker/ops/quant_gemv_kernels.h"
 #include "cpu_worker/ops/stream_prefetch.h"
 
@@ -228,14 +228,13 @@ bool QuantLinearUsesGemv(int64_t m) {
 }
 
 void QuantLinearViaGemm(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
-                        const float* bias, float* y, int64_t panel_rows, bool q8_packed) {
+                        const float* bias, float* y, int64_t panel_rows, bool packed) {
   TANDEM_CHECK(DTypeIsQuantized(t) && m >= 0 && n > 0 && k > 0 && k % kBlock == 0);
-  TANDEM_CHECK(!q8_packed || t == DType::kQ8_0);
   if (m == 0) return;
   const bool bf16 = CpuHasBf16();
   const bool avx2 = MaxKernelIsa() >= KernelIsa::kAvx2;
   const int64_t elem = bf16 ? 2 : 4;
-  const int64_t row_bytes = q8_packed ? PackedQ8RowBytes(k) : k / kBlock * DTypeBlockBytes(t);
+  const int64_t row_bytes = packed ? PackedQuantRowBytes(t, k) : k / kBlock * DTypeBlockBytes(t);
   // Panels of about kPanelBytes of dequantized weights (they stay in the
   // cache while the GEMM reads them), at least 64 rows.
   const int64_t panel =
@@ -266,10 +265,11 @@ void QuantLinearViaGemm(const float* x, int64_t m, const void* w, DType t, int64
     for (int64_t r0 = 0; r0 < np; r0 += kRows) {
       const int64_t rows = std::min(kRows, np - r0);
       const uint8_t* src = wq + (n0 + r0) * row_bytes;
-      if (q8_packed && bf16) {
-        DequantPackedQ8RowsBf16(wq, k, n0 + r0, rows, reinterpret_cast<uint16_t*>(wp) + r0 * k);
-      } else if (q8_packed) {
-        DequantPackedQ8Rows(wq, k, n0 + r0, rows, reinterpret_cast<float*>(wp) + r0 * k);
+      if (packed && bf16) {
+        DequantPackedQuantRowsBf16(t, wq, k, n0 + r0, rows,
+                                   reinterpret_cast<uint16_t*>(wp) + r0 * k);
+      } else if (packed) {
+        DequantPackedQuantRows(t, wq, k, n0 + r0, rows, reinterpret_cast<float*>(wp) + r0 * k);
       } else if (bf16) {
         quant::DequantRowsBf16Avx512(t, src, row_bytes, rows, k,
                                      reinterpret_cast<uint16_t*>(wp) + r0 * k);

@@ -52,11 +52,11 @@ void QuantLinear(const float* x, int64_t m, const void* w, DType t, int64_t n, i
 // thread-local bf16 (when the CPU has AVX512-BF16, f32 otherwise) buffer and
 // run oneDNN's GEMM on each. Kept for measurement (linear_bench) and used
 // where it is faster.
-// `panel_rows` > 0 overrides the panel height (for tests). `q8_packed`: `w`
-// is a Q8_0 weight packed at load (q8_0_packed.h), not blocks in place.
+// `panel_rows` > 0 overrides the panel height (for tests). `packed`: `w`
+// is a weight packed at load (quant_packed.h), not blocks in place.
 void QuantLinearViaGemm(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
                         const float* bias, float* y, int64_t panel_rows = 0,
-                        bool q8_packed = false);
+                        bool packed = false);
 
 // x_hat[k]: the f32 values the kernels' int8 activations stand for,
 // d * round(x / d) per block of 32 — the same rounding as every kernel.

@@ -92,10 +92,10 @@ struct Task {
 // hand it items of StreamItemRows.
 inline constexpr int64_t kAvx512StreamMaxRows = 2;
 
-// Per row of x and per superblock of 16 blocks, for the packed Q8_0 kernel
-// (q8_0_packed.h): q interleaved as the weights are (bytes 4t..4t+3 of
-// block b at 64t + 4b), the blocks' -128 * sum of q and d_x per lane.
-// Lanes of blocks past the row's end are zero.
+// Per row of x and per superblock of 16 blocks, for the packed kernel
+// (quant_packed.h): q interleaved as packed Q8_0 weights are (bytes
+// 4t..4t+3 of block b at 64t + 4b), the blocks' -128 * sum of q and d_x per
+// lane. Lanes of blocks past the row's end are zero.
 struct alignas(64) ActQ8Packed {
   int8_t q[512];
   int32_t comp[16];
@@ -103,23 +103,30 @@ struct alignas(64) ActQ8Packed {
 };
 static_assert(sizeof(ActQ8Packed) == 640);
 
-// Where the parts of a packed Q8_0 row of nb blocks lie (q8_0_packed.h):
-// superblock s's bytes begin at `offset`, its eight groups `group_bytes`
-// apart (4 bytes per block), and it holds `blocks` blocks (16, or fewer in
-// the last); the f16 scales follow all of them, at PackedQ8ScalesOffset.
-struct PackedQ8Superblock {
+// Bytes of one block's quants in a packed row of type t: 32 for Q8_0, 16
+// (nibbles) for Q4_0 and Q4_1.
+inline int64_t PackedBlockBytes(DType t) { return t == DType::kQ8_0 ? 32 : 16; }
+
+// Where the parts of a packed row of nb blocks lie (quant_packed.h):
+// superblock s's bytes begin at `offset`, its PackedBlockBytes / 4 groups
+// `group_bytes` apart (4 bytes per block), and it holds `blocks` blocks
+// (16, or fewer in the last); the f16 scales follow all of them, at
+// PackedScalesOffset, and Q4_1's f16 mins the scales.
+struct PackedSuperblock {
   int64_t offset, group_bytes;
   int blocks;
 };
-inline PackedQ8Superblock LocatePackedQ8(int64_t nb, int64_t s) {
+inline PackedSuperblock LocatePacked(DType t, int64_t nb, int64_t s) {
   const int64_t blocks = nb - 16 * s < 16 ? nb - 16 * s : 16;
-  return {s * 512, 4 * blocks, static_cast<int>(blocks)};
+  return {s * 16 * PackedBlockBytes(t), 4 * blocks, static_cast<int>(blocks)};
 }
-inline int64_t PackedQ8ScalesOffset(int64_t nb) { return 32 * nb; }
+inline int64_t PackedScalesOffset(DType t, int64_t nb) { return PackedBlockBytes(t) * nb; }
+inline int64_t PackedMinsOffset(DType t, int64_t nb) { return (PackedBlockBytes(t) + 2) * nb; }
 
 // One call of the packed kernel: `acts` holds m rows of act_stride
 // superblocks.
-struct PackedQ8Task {
+struct PackedTask {
+  DType t;
   const uint8_t* w;  // [n] packed rows of row_bytes
   int64_t row_bytes;
   int64_t m, n, k;
@@ -130,16 +137,16 @@ struct PackedQ8Task {
 };
 
 // Output columns [n0, n1) for all m rows, on the packed weight.
-void PackedQ8RowsAvx512Vnni(const PackedQ8Task& t, int64_t n0, int64_t n1);
+void PackedRowsAvx512Vnni(const PackedTask& t, int64_t n0, int64_t n1);
 // One row of x of nb blocks into (nb + 15) / 16 ActQ8Packed: the same bits
 // as QuantizeBlock per block, sixteen lanes at a time.
 void PrepPackedQ8RowAvx512(const float* x, int64_t nb, ActQ8Packed* out);
-// Packed rows [r0, r0 + rows) dequantized to f32 or bf16 (dst rows k
-// apart).
-void DequantPackedQ8Avx512(const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0,
-                           int64_t rows, float* dst);
-void DequantPackedQ8Bf16Avx512(const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0,
-                               int64_t rows, uint16_t* dst);
+// Packed rows [r0, r0 + rows) of type t dequantized to f32 or bf16 (dst
+// rows k apart).
+void DequantPackedAvx512(DType t, const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0,
+                         int64_t rows, float* dst);
+void DequantPackedBf16Avx512(DType t, const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0,
+                             int64_t rows, uint16_t* dst);
 
 // Output columns (weight rows) [n0, n1) for all m rows.
 void RowsAvx512Vnni(const Task& t, int64_t n0, int64_t n1);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
@@ -13,7 +14,7 @@
 #include "common/tensor.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/linear.h"
-#include "cpu_worker/ops/q8_0_packed.h"
+#include "cpu_worker/ops/quant_packed.h"
 #include "cpu_worker/ops/quant_gemv.h"
 #include "cpu_worker/ops/stream_prefetch.h"
 #include "cpu_worker/perf/timing.h"
@@ -212,7 +213,7 @@ absl::StatusOr<std::vector<double>> CopyBandwidthGbs(int64_t bytes, int warmup, 
 int64_t Int8KernelMaxRows() {
   // Q8_0 weights packed at load, as the host device loads them where that
   // is faster, run the packed kernel up to its own threshold.
-  if (ops::internal::Q8PacksHere()) return ops::internal::kPackedQ8MaxRows;
+  if (ops::internal::QuantPacksHere()) return ops::internal::kPackedQuantMaxRows;
   // Else Linear's own predicate, so the probe follows wherever the threshold
   // moves (it depends on whether the CPU has a bf16 GEMM to lose against).
   int64_t m = 0;
@@ -225,7 +226,8 @@ absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n,
   if (m <= 0 || n <= 0 || k <= 0 || repeats <= 0 || warmup < 0) {
     return absl::InvalidArgumentError("gemm probe: sizes must be positive");
   }
-  if (kind == GemmKind::kInt8 && (m > Int8KernelMaxRows() || k % 32 != 0)) {
+  const bool int8 = kind == GemmKind::kInt8 || kind == GemmKind::kInt8Q4;
+  if (int8 && (m > Int8KernelMaxRows() || k % 32 != 0)) {
     return absl::InvalidArgumentError(absl::StrCat("gemm probe: the int8 kernel takes at most ",
                                                    Int8KernelMaxRows(),
                                                    " rows and K a multiple of 32"));
@@ -236,7 +238,8 @@ absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n,
   // engine's host device does (bf16 packed where that is faster).
   const DType dtype = kind == GemmKind::kF32    ? DType::kF32
                       : kind == GemmKind::kBF16 ? DType::kBF16
-                                                : DType::kQ8_0;
+                      : kind == GemmKind::kInt8 ? DType::kQ8_0
+                                                : DType::kQ4_0;
   TANDEM_ASSIGN_OR_RETURN(const int64_t nbytes, DTypeBytes(dtype, n * k));
   std::vector<uint8_t> wbytes(static_cast<size_t>(nbytes));
   QuantizeFromF32(dtype, wf.data(), n * k, wbytes.data());
@@ -265,14 +268,19 @@ absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n,
                    : "ops::Linear, bf16 weights widened to f32 (no AVX512-BF16)";
       break;
     case GemmKind::kInt8:
+    case GemmKind::kInt8Q4: {
+      const std::string type(DTypeName(dtype));
       if (!lw.quantized()) {
-        return absl::InternalError("gemm probe: the Q8_0 weight was not kept quantized");
+        return absl::InternalError(
+            absl::StrCat("gemm probe: the ", type, " weight was not kept quantized"));
       }
-      r.path = lw.storage() == ops::WeightStorage::kQ8_0Packed
-                   ? "ops::Linear, Q8_0 weights packed (int8 q8_0_packed kernel, avx512_vnni)"
-                   : absl::StrCat("ops::Linear, Q8_0 weights (int8 quant_gemv kernel, ",
+      r.path = lw.packed_quant()
+                   ? absl::StrCat("ops::Linear, ", type,
+                                  " weights packed (int8 quant_packed kernel, avx512_vnni)")
+                   : absl::StrCat("ops::Linear, ", type, " weights (int8 quant_gemv kernel, ",
                                   ops::KernelIsaName(ops::MaxKernelIsa()), ")");
       break;
+    }
   }
   std::vector<float> x(static_cast<size_t>(m * k));
   FillValues(x.data(), m * k);

@@ -59,7 +59,8 @@ absl::StatusOr<std::vector<double>> CopyBandwidthGbs(int64_t bytes, int warmup, 
 enum class GemmKind {
   kF32,   // f32 weights, oneDNN f32 GEMM
   kBF16,  // bf16 weights: oneDNN bf16 (AVX512-BF16/AMX) where the CPU has it, else f32
-  kInt8,  // Q8_0 weights: the int8 (VNNI/AVX2) kernels of quant_gemv, small batches only
+  kInt8,    // Q8_0 weights: the int8 (VNNI/AVX2) kernels, small batches only
+  kInt8Q4,  // Q4_0 weights on the same kernels: fewer loads per weight, another rate
 };
 
 struct GemmMeasurement {
@@ -69,7 +70,7 @@ struct GemmMeasurement {
 };
 
 // y[m, n] = x[m, k] · W[n, k]^T through ops::Linear, W built in the kind's
-// storage. For kInt8, m must be small enough for the int8 kernel (larger
+// storage. For kInt8 and kInt8Q4, m must be small enough for the int8 kernel (larger
 // batches dequantize to a bf16/f32 GEMM, which is not an int8 figure):
 // InvalidArgument otherwise, as for non-positive sizes.
 absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n, int64_t k,

@@ -45,11 +45,15 @@ TEST(MachineProbeTest, GemmEveryKind) {
     ASSERT_EQ(g->gflops.size(), 2u);
     EXPECT_GT(g->gflops[0], 0);
   }
-  auto q = MeasureGemm(GemmKind::kInt8, Int8KernelMaxRows(), 128, 128, 1, 1);
-  ASSERT_TRUE(q.ok()) << q.status();
-  EXPECT_NE(q->path.find("int8"), std::string::npos);
-  // Past the int8 kernel's rows Linear dequantizes: not an int8 figure.
-  EXPECT_FALSE(MeasureGemm(GemmKind::kInt8, Int8KernelMaxRows() + 1, 128, 128, 0, 1).ok());
+  for (GemmKind kind : {GemmKind::kInt8, GemmKind::kInt8Q4}) {
+    auto q = MeasureGemm(kind, Int8KernelMaxRows(), 128, 128, 1, 1);
+    ASSERT_TRUE(q.ok()) << q.status();
+    EXPECT_NE(q->path.find("int8"), std::string::npos);
+    EXPECT_NE(q->path.find(kind == GemmKind::kInt8 ? "Q8_0" : "Q4_0"), std::string::npos)
+        << q->path;
+    // Past the int8 kernel's rows Linear dequantizes: not an int8 figure.
+    EXPECT_FALSE(MeasureGemm(kind, Int8KernelMaxRows() + 1, 128, 128, 0, 1).ok());
+  }
   EXPECT_FALSE(MeasureGemm(GemmKind::kF32, 0, 8, 8, 0, 1).ok());
 }
 

@@ -124,7 +124,7 @@ void ExpectReport(const json& j, bool moe) {
   for (const char* k : {"read_gbs", "f32_gflops", "bf16_gflops", "int8_gflops"}) {
     EXPECT_GT(j["roofline"].value(k, 0.0), 0) << k;
   }
-  for (const char* k : {"gemm_f32", "gemm_bf16", "gemm_int8"}) {
+  for (const char* k : {"gemm_f32", "gemm_bf16", "gemm_int8", "gemm_int8_q4"}) {
     ExpectSummary(j["peaks"][k]["gflops"], k);
     EXPECT_FALSE(j["peaks"][k].value("path", "").empty()) << k;
   }

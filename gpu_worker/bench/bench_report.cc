@@ -119,7 +119,8 @@ ordered_json ReportJson(const BenchReport& r) {
                 {"read_bandwidth_after", PeakJson(r.bandwidth_after, "gbs")},
                 {"gemm_f32", PeakJson(r.gemm_f32, "gflops")},
                 {"gemm_bf16", PeakJson(r.gemm_bf16, "gflops")},
-                {"gemm_int8", PeakJson(r.gemm_int8, "gflops")}};
+                {"gemm_int8", PeakJson(r.gemm_int8, "gflops")},
+                {"gemm_int8_q4", PeakJson(r.gemm_int8_q4, "gflops")}};
   j["roofline"] = {{"read_gbs", r.roofline.read_gbs},
                    {"f32_gflops", r.roofline.f32_gflops},
                    {"bf16_gflops", r.roofline.bf16_gflops},
@@ -210,6 +211,7 @@ std::string ReportTable(const BenchReport& r) {
   s += PeakLine("GEMM f32", r.gemm_f32, "GFLOP/s");
   s += PeakLine("GEMM bf16", r.gemm_bf16, "GFLOP/s");
   s += PeakLine("GEMM int8", r.gemm_int8, "GFLOP/s");
+  s += PeakLine("GEMM int8 Q4_0", r.gemm_int8_q4, "GFLOP/s");
   absl::StrAppendFormat(&s,
                         "  rooflines use the best run of each: %.1f GB/s; f32 %.1f, bf16 %.1f, "
                         "int8 %.1f GFLOP/s; the bandwidth sampled after each figure's runs "

@@ -69,6 +69,9 @@ struct BenchReport {
   PeakFigure bandwidth;        // before the model's figures
   PeakFigure bandwidth_after;  // again after them: the machine's load drifts
   PeakFigure gemm_f32, gemm_bf16, gemm_int8;
+  // The int8 kernels on Q4_0 weights: fewer loads per weight than Q8_0's,
+  // so another rate; models of Q4_0 and Q4_1 weights are scored against it.
+  PeakFigure gemm_int8_q4;
   Peaks roofline;  // what every figure is scored against (figure.h)
   ModelReport model;
   EngineFigures engine;

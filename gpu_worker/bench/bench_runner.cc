@@ -67,15 +67,23 @@ absl::Status MeasureMachine(const BenchOptions& o, BenchReport* r) {
                    " rows)"));
   TANDEM_ASSIGN_OR_RETURN(r->gemm_f32, Gemm(perf::GemmKind::kF32, s, s, o));
   TANDEM_ASSIGN_OR_RETURN(r->gemm_bf16, Gemm(perf::GemmKind::kBF16, s, s, o));
-  // The int8 kernel passes its rows of x four at a time against four weight
-  // rows (quant_gemv_avx512), so one pass of 4 rows can outrun two of 8 (on
-  // the AMD EPYC VM decode B = 4 once read 108% of an 8-row peak): the peak
-  // is the faster of the two.
-  TANDEM_ASSIGN_OR_RETURN(r->gemm_int8, Gemm(perf::GemmKind::kInt8, int8_rows, s, o));
-  if (int8_rows > 4) {
-    TANDEM_ASSIGN_OR_RETURN(PeakFigure four, Gemm(perf::GemmKind::kInt8, 4, s, o));
-    if (four.value.max > r->gemm_int8.value.max) r->gemm_int8 = four;
-  }
+  // The int8 kernel passes its rows of x four at a time against two or four
+  // weight rows (quant_packed_avx512.cc, quant_gemv_avx512.cc), so one pass
+  // of 4 rows can outrun two of 8 (on the AMD EPYC VM decode B = 4 once
+  // read 108% of an 8-row peak): each peak is the faster of the two. Q4_0
+  // weights take the same kernels with half the weight loads (packed, at
+  // 1.2-1.4x Q8_0's rate on the AMD EPYC VM), so they get a peak of their
+  // own.
+  auto int8_peak = [&](perf::GemmKind kind) -> absl::StatusOr<PeakFigure> {
+    TANDEM_ASSIGN_OR_RETURN(PeakFigure best, Gemm(kind, int8_rows, s, o));
+    if (int8_rows > 4) {
+      TANDEM_ASSIGN_OR_RETURN(PeakFigure four, Gemm(kind, 4, s, o));
+      if (four.value.max > best.value.max) best = four;
+    }
+    return best;
+  };
+  TANDEM_ASSIGN_OR_RETURN(r->gemm_int8, int8_peak(perf::GemmKind::kInt8));
+  TANDEM_ASSIGN_OR_RETURN(r->gemm_int8_q4, int8_peak(perf::GemmKind::kInt8Q4));
   return absl::OkStatus();
 }
 
@@ -103,8 +111,10 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   TANDEM_RETURN_IF_ERROR(MeasureMachine(o, &r));
   // Provisional for the bandwidth: every figure is scored again once it has
   // been measured a second time, after them.
-  const Peaks peaks{r.bandwidth.value.max, r.gemm_f32.value.max, r.gemm_bf16.value.max,
-                    r.gemm_int8.value.max};
+  // (The int8 peak is Q4_0's for models of 4-bit weights, once they are
+  // loaded.)
+  Peaks peaks{r.bandwidth.value.max, r.gemm_f32.value.max, r.gemm_bf16.value.max,
+              r.gemm_int8.value.max};
   // The bandwidth is sampled again after every timed run of every figure
   // (figure.h), from a smaller buffer kept for the run: 8x the L3 at least,
   // so a DRAM figure (on the AMD EPYC VM, 32 MiB L3, sweeps of 64 and 128
@@ -169,10 +179,11 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
                                        : engine->weights().layers[0].q.storage();
   if (first == ops::WeightStorage::kBF16Packed) {
     r.model.compute = "bf16, packed for oneDNN's GEMM at load";
-  } else if (first == ops::WeightStorage::kQ8_0Packed) {
-    r.model.compute = absl::StrCat("Q8_0 packed for the int8 kernel at load; int8 in decode up to ",
-                                   perf::Int8KernelMaxRows(),
-                                   " rows, dequantized to bf16 above and in prefill");
+  } else if (!engine->weights().layers.empty() && engine->weights().layers[0].q.packed_quant()) {
+    const std::string type(DTypeName(engine->weights().layers[0].q.block_type()));
+    r.model.compute =
+        absl::StrCat(type, " packed for the int8 kernel at load; int8 in decode up to ",
+                     perf::Int8KernelMaxRows(), " rows, dequantized to bf16 above and in prefill");
   } else if (st == "f32" || (st == "bf16" && ops::CpuHasBf16())) {
     r.model.compute = st;
   } else if (st == "bf16" || st == "f16") {
@@ -181,6 +192,7 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
     r.model.compute = absl::StrCat("int8 kernels in decode up to ", perf::Int8KernelMaxRows(),
                                    " rows, dequantized to bf16 above and in prefill");
   }
+  if (st == "q4_0" || st == "q4_1") peaks.int8_gflops = r.gemm_int8_q4.value.max;
   if (r.model.config.is_moe()) {
     usage = std::make_unique<ExpertUsage>(r.model.config.num_experts);
     engine->SetExpertOffload(usage.get());

@@ -35,8 +35,10 @@ const char* StorageName(ops::WeightStorage s) {
     case ops::WeightStorage::kQ8_0Packed:  // bench_runner.cc names the packing
       return "q8_0";
     case ops::WeightStorage::kQ4_0:
+    case ops::WeightStorage::kQ4_0Packed:
       return "q4_0";
     case ops::WeightStorage::kQ4_1:
+    case ops::WeightStorage::kQ4_1Packed:
       return "q4_1";
   }
   return "?";

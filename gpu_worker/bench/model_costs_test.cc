@@ -2,7 +2,7 @@
 
 #include "common/checkpoint.h"
 #include "common/status_macros.h"
-#include "cpu_worker/ops/q8_0_packed.h"
+#include "cpu_worker/ops/quant_packed.h"
 #include "gpu_worker/bench/engine_bench.h"
 #include "gpu_worker/bench/expert_usage.h"
 #include "gpu_worker/bench/synthetic_model.h"
@@ -75,12 +75,13 @@ TEST(ModelCostsTest, QuantizedBytesAreWhatTheKernelsRead) {
   auto cq = ComputeModelCosts(q.engine->checkpoint(), q.engine->weights());
   ASSERT_TRUE(cq.ok());
   EXPECT_EQ(cq->weight_storage, "q8_0");
-  const bool packs = ops::internal::Q8PacksHere();
+  const bool packs = ops::internal::QuantPacksHere();
   int64_t want = 0;
   for (const LayerWeights& l : q.engine->weights().layers) {
     for (const ops::LinearWeight* w : {&l.q, &l.k, &l.v, &l.o, &l.mlp.gate, &l.mlp.up, &l.mlp.down}) {
       EXPECT_EQ(w->storage(), packs ? ops::WeightStorage::kQ8_0Packed : ops::WeightStorage::kQ8_0);
-      want += w->rows() * (packs ? ops::internal::PackedQ8RowBytes(w->cols()) : w->cols() / 32 * 34);
+      want += w->rows() * (packs ? ops::internal::PackedQuantRowBytes(DType::kQ8_0, w->cols())
+                                 : w->cols() / 32 * 34);
     }
   }
   EXPECT_EQ(cq->dense_bytes, want);

@@ -54,8 +54,10 @@ DType StorageDType(ops::WeightStorage s) {
     case ops::WeightStorage::kF16: return DType::kF16;
     case ops::WeightStorage::kQ8_0:
     case ops::WeightStorage::kQ8_0Packed: return DType::kQ8_0;
-    case ops::WeightStorage::kQ4_0: return DType::kQ4_0;
-    case ops::WeightStorage::kQ4_1: return DType::kQ4_1;
+    case ops::WeightStorage::kQ4_0:
+    case ops::WeightStorage::kQ4_0Packed: return DType::kQ4_0;
+    case ops::WeightStorage::kQ4_1:
+    case ops::WeightStorage::kQ4_1Packed: return DType::kQ4_1;
   }
   return DType::kF32;
 }

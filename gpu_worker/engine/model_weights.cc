@@ -11,7 +11,7 @@
 #include "common/quant.h"
 #include "common/status_macros.h"
 #include "cpu_worker/ops/onednn_matmul.h"
-#include "cpu_worker/ops/q8_0_packed.h"
+#include "cpu_worker/ops/quant_packed.h"
 
 namespace tandem {
 namespace {
@@ -253,8 +253,8 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const Checkpoint& ckpt, ops::Com
 
 absl::StatusOr<int64_t> PackedWeightBytes(const Checkpoint& ckpt, ops::ComputeType prefer) {
   const bool bf16 = prefer != ops::ComputeType::kF32 && ops::internal::Bf16PacksHere();
-  const bool q8 = prefer == ops::ComputeType::kQuantized && ops::internal::Q8PacksHere();
-  if (!bf16 && !q8) return 0;
+  const bool quant = prefer == ops::ComputeType::kQuantized && ops::internal::QuantPacksHere();
+  if (!bf16 && !quant) return 0;
   const ModelConfig& c = ckpt.config();
   int64_t bytes = 0;
   for (const ExpectedTensor& e : ExpectedTensors(c)) {
@@ -265,8 +265,8 @@ absl::StatusOr<int64_t> PackedWeightBytes(const Checkpoint& ckpt, ops::ComputeTy
       if (v.rank() != 2) continue;
       if (bf16 && v.dtype == DType::kBF16) {
         bytes += ops::internal::PackedBf16Bytes(v.dim(0), v.dim(1));
-      } else if (q8 && v.dtype == DType::kQ8_0) {
-        bytes += ops::internal::PackedQ8Bytes(v.dim(0), v.dim(1));
+      } else if (quant && ops::internal::PacksAsQuant(v.dtype)) {
+        bytes += ops::internal::PackedQuantBytes(v.dtype, v.dim(0), v.dim(1));
       }
     }
   }

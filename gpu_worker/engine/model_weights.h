@@ -73,10 +73,10 @@ struct ModelWeights {
 // The bytes ModelWeights::Load(ckpt, prefer, ..., kCpuPacked) would copy
 // to pack matrices (ops::LinearWeight::Create): every bf16 matrix of the
 // checkpoint where bf16 packs here (ops::internal::Bf16PacksHere) and
-// `prefer` is not kF32, and every Q8_0 matrix where Q8_0 packs here
-// (ops::internal::Q8PacksHere) and `prefer` is kQuantized. An upper bound:
-// it counts the embedding table, which only a tied LM head packs, and
-// every expert.
+// `prefer` is not kF32, and every Q8_0, Q4_0 and Q4_1 matrix where they
+// pack here (ops::internal::QuantPacksHere) and `prefer` is kQuantized. An
+// upper bound: it counts the embedding table, which only a tied LM head
+// packs, and every expert.
 absl::StatusOr<int64_t> PackedWeightBytes(const Checkpoint& ckpt, ops::ComputeType prefer);
 
 }  // namespace tandem
