@@ -365,7 +365,7 @@ BENCHMARK(BM_ReadBandwidth)->ArgName("streams")->Arg(1)->Arg(8)->UseRealTime()->
 // huge: 1 for 2 MiB pages, 0 for 4 KiB pages (a model file the engine
 // could not map on huge pages); m: rows of x (decode batches of up to 8
 // rows are still bound by the weights' bytes).
-constexpr DType kSeqTypes[] = {DType::kBF16, DType::kQ8_0, DType::kF32};
+constexpr DType kSeqTypes[] = {DType::kBF16, DType::kQ8_0, DType::kF32, DType::kQ4_0};
 void BM_DecodeLayerSequence(benchmark::State& state) {
   const DType t = kSeqTypes[state.range(0)];
   constexpr int kLayers = 16;
@@ -454,7 +454,7 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
   std::free(base);
 }
 BENCHMARK(BM_DecodeLayerSequence)
-    ->ArgsProduct({{0, 1, 2}, {1, 0}, {1, 2, 4, 8}})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 0}, {1, 2, 4, 8}})
     ->ArgNames({"dtype", "huge", "m"})
     ->UseRealTime()
     ->MinTime(2.0);
