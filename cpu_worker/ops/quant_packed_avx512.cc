@@ -94,9 +94,9 @@ TANDEM_VNNI inline void Superblock(const uint8_t* q, int64_t row_bytes, int64_t 
     }
   }
   // Q4's vectors, kept from group g's load for group g + 4's high nibbles.
-  // (Each load sits next to its first use: with all of them ahead of the
-  // dot products, BM_Linear read Q8_0 at one row from DRAM at 84-89
-  // GFLOP/s against 128-132.)
+  // Each load sits next to its first use, as Q8_0's did before Q4 joined
+  // (all of a superblock's loads ahead of its dot products read the same
+  // within the noise: BM_DecodeLayerSequence, Q8_0, 1, 4 and 8 rows).
   __m512i v[R][4];
   const __m512i nibble = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 8
