@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -39,6 +40,9 @@ CpuFeatures Probe() {
   // "AuthenticAMD" in EBX, EDX, ECX order.
   f.amd = l0.ebx == 0x68747541u && l0.edx == 0x69746e65u && l0.ecx == 0x444d4163u;
   const Regs l1 = CpuId(1, 0);
+  const int base_family = static_cast<int>((l1.eax >> 8) & 0xf);
+  f.family =
+      base_family == 0xf ? base_family + static_cast<int>((l1.eax >> 20) & 0xff) : base_family;
   const bool osxsave = Bit(l1.ecx, 27);
   const bool avx = Bit(l1.ecx, 28);
   f.fma = Bit(l1.ecx, 12);
@@ -128,6 +132,11 @@ std::string CpuFeaturesString(const CpuFeatures& f) {
   add(f.avx512_bf16, "avx512_bf16");
   add(f.amx_bf16, "amx_bf16");
   add(f.amd, "amd");
+  if (f.family != 0) {
+    char family[24];
+    std::snprintf(family, sizeof(family), "%sfamily 0x%x", s.empty() ? "" : " ", f.family);
+    s += family;
+  }
   return s;
 }
 

@@ -22,6 +22,10 @@ struct CpuFeatures {
   bool os_avx512 = false;  // the OS saves opmask and ZMM state (XCR0 bits 5, 6, 7)
   bool os_amx = false;     // the OS saves tile state (XCR0 bits 17, 18)
   bool amd = false;        // vendor "AuthenticAMD" (cpuid leaf 0): which kernels are fast differs
+  // Display family (cpuid leaf 1: base family, plus the extended family
+  // where the base is 0xF): on AMD, 0x19 is Zen 3/4 and 0x1A Zen 5, whose
+  // memory systems want different prefetch levels (stream_prefetch.h).
+  int family = 0;
 };
 
 // The host's features, probed once. Not affected by TANDEM_CPU_ISA.

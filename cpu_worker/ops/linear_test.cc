@@ -801,6 +801,28 @@ TEST(StreamPrefetchTest, FollowsVendorAndEnvironment) {
   EXPECT_STREQ(PrefetchLevelName(PrefetchLevel::kL2), "l2");
 }
 
+// The packed quantized kernel's level: the GEMV kernels' everywhere but on
+// AMD family 0x1A (Zen 5) and later, which take L1 unless the environment
+// says L2.
+TEST(StreamPrefetchTest, PackedLevelFollowsFamilyAndEnvironment) {
+  constexpr auto kL1 = PrefetchLevel::kL1;
+  constexpr auto kL2 = PrefetchLevel::kL2;
+  EXPECT_EQ(ChoosePackedPrefetchLevel(nullptr, false, 6), kL1);    // Intel
+  EXPECT_EQ(ChoosePackedPrefetchLevel(nullptr, true, 0x19), kL2);  // Zen 4
+  EXPECT_EQ(ChoosePackedPrefetchLevel(nullptr, true, 0x1a), kL1);  // Zen 5
+  EXPECT_EQ(ChoosePackedPrefetchLevel("l2", true, 0x1a), kL2);
+  EXPECT_EQ(ChoosePackedPrefetchLevel("l1", true, 0x19), kL1);
+  EXPECT_EQ(ChoosePackedPrefetchLevel("l2", false, 6), kL2);
+  EXPECT_EQ(ChoosePackedPrefetchLevel("other", true, 0x19), kL2);  // ignored
+  EXPECT_EQ(ChooseStreamPrefetchLevel(nullptr, true), kL2);
+  EXPECT_EQ(ChooseStreamPrefetchLevel(nullptr, false), kL1);
+  EXPECT_EQ(ChooseStreamPrefetchLevel("l1", true), kL1);
+  const CpuFeatures& f = HostCpuFeatures();
+  EXPECT_EQ(PackedPrefetchLevel(),
+            ChoosePackedPrefetchLevel(std::getenv("TANDEM_PREFETCH"), f.amd, f.family));
+  EXPECT_GT(f.family, 0) << "cpuid leaf 1 gives every x86-64 CPU a family";
+}
+
 // The 16-bit kernels' direct path (1-4 rows of x, the one whose prefetch
 // level is chosen at run time) against the reference, with and without bias.
 TEST(StreamPrefetchTest, DirectBf16KernelMatchesReference) {

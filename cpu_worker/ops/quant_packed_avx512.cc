@@ -8,6 +8,7 @@
 
 #include "cpu_worker/ops/intrinsics.h"
 #include "cpu_worker/ops/quant_gemv_kernels.h"
+#include "cpu_worker/ops/stream_prefetch.h"
 
 namespace tandem::ops::internal::quant {
 namespace {
@@ -29,15 +30,16 @@ constexpr int kTileR = 2, kTileC = 4;
 // the same 512 bytes 4 KiB on for each superblock left those lines to
 // demand misses and read 0.70-0.75 of the sweep in BM_DecodeLayerSequence
 // (Q8_0, one row, the VM's fast bandwidth phase), the cursor 0.82-0.83;
-// into L2 0.77, 2 KiB ahead 0.77, 8 KiB 0.83.
+// into L2 0.77, 2 KiB ahead 0.77, 8 KiB 0.83. That VM was a Zen 5; on a
+// Zen 4 one, into L2 read a third more than into L1 at one row
+// (PackedPrefetchLevel picks the level by CPU family).
 constexpr int64_t kAheadBytes = 4096;
 
-// Prefetches the lines from *cursor up to `target` (not past `end`).
+// Prefetches the lines from *cursor up to `target` (not past `end`) into L.
+template <PrefetchLevel L>
 TANDEM_VNNI inline void FetchUpTo(uintptr_t* cursor, uintptr_t target, uintptr_t end) {
   target = target < end ? target : end;
-  for (; *cursor < target; *cursor += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(*cursor), _MM_HINT_T0);
-  }
+  for (; *cursor < target; *cursor += 64) PrefetchLine<L>(reinterpret_cast<const void*>(*cursor));
 }
 
 TANDEM_VNNI inline __m512i LoadGroup(const uint8_t* p, __mmask16 mask, bool full) {
@@ -149,7 +151,7 @@ TANDEM_VNNI inline void Superblock(const uint8_t* q, int64_t row_bytes, int64_t 
 // Weight rows j .. j + R - 1 against rows i0 .. i0 + C - 1 of x. `cursor`:
 // the stream's prefetch cursor (null: no prefetch, the rows are in L1
 // already), `end` the weight's end.
-template <DType T, int R, int C>
+template <DType T, int R, int C, PrefetchLevel L>
 TANDEM_VNNI void Tile(const PackedTask& t, int64_t j, int64_t i0, uintptr_t* cursor,
                       uintptr_t end) {
   // LocatePacked's geometry, with the full superblocks counted once.
@@ -169,7 +171,7 @@ TANDEM_VNNI void Tile(const PackedTask& t, int64_t j, int64_t i0, uintptr_t* cur
   const auto* scales = reinterpret_cast<const uint16_t*>(row + PackedScalesOffset(T, nb));
   const auto* mins = reinterpret_cast<const uint16_t*>(row + PackedMinsOffset(T, nb));
   for (int64_t s = 0; s < parts; ++s) {
-    if (cursor != nullptr) FetchUpTo(cursor, ahead + (s + 1) * R * t.row_bytes / parts, end);
+    if (cursor != nullptr) FetchUpTo<L>(cursor, ahead + (s + 1) * R * t.row_bytes / parts, end);
     const bool in_full = s < full;
     const auto mask = static_cast<__mmask16>(in_full ? 0xffff : (1u << r) - 1);
     __m512 ws[R], ms[R];
@@ -194,35 +196,35 @@ TANDEM_VNNI void Tile(const PackedTask& t, int64_t j, int64_t i0, uintptr_t* cur
 
 // R weight rows from j against all m rows of x, C at a time (the rest in
 // one smaller tile); only the first tile prefetches.
-template <DType T, int R, int C>
+template <DType T, int R, int C, PrefetchLevel L>
 TANDEM_VNNI void Rows(const PackedTask& t, int64_t j, uintptr_t* cursor, uintptr_t end) {
   int64_t i = 0;
-  for (; i + C <= t.m; i += C) Tile<T, R, C>(t, j, i, i == 0 ? cursor : nullptr, end);
+  for (; i + C <= t.m; i += C) Tile<T, R, C, L>(t, j, i, i == 0 ? cursor : nullptr, end);
   uintptr_t* first = i == 0 ? cursor : nullptr;
   const int64_t rest = t.m - i;
   if constexpr (C > 3) {
-    if (rest == 3) return Tile<T, R, 3>(t, j, i, first, end);
+    if (rest == 3) return Tile<T, R, 3, L>(t, j, i, first, end);
   }
   if constexpr (C > 2) {
-    if (rest == 2) return Tile<T, R, 2>(t, j, i, first, end);
+    if (rest == 2) return Tile<T, R, 2, L>(t, j, i, first, end);
   }
   if constexpr (C > 1) {
-    if (rest == 1) return Tile<T, R, 1>(t, j, i, first, end);
+    if (rest == 1) return Tile<T, R, 1, L>(t, j, i, first, end);
   }
 }
 
-template <DType T>
+template <DType T, PrefetchLevel L>
 void RowsOf(const PackedTask& t, int64_t n0, int64_t n1) {
   const uintptr_t end = reinterpret_cast<uintptr_t>(t.w) + t.n * t.row_bytes;
   // The item's first kAheadBytes are left to the hardware prefetchers.
   uintptr_t cursor = reinterpret_cast<uintptr_t>(t.w + n0 * t.row_bytes) + kAheadBytes;
   int64_t j = n0;
   if (t.m <= kStreamMaxC) {
-    for (; j < n1; ++j) Rows<T, 1, kStreamMaxC>(t, j, &cursor, end);
+    for (; j < n1; ++j) Rows<T, 1, kStreamMaxC, L>(t, j, &cursor, end);
     return;
   }
-  for (; j + kTileR <= n1; j += kTileR) Rows<T, kTileR, kTileC>(t, j, &cursor, end);
-  for (; j < n1; ++j) Rows<T, 1, kTileC>(t, j, &cursor, end);
+  for (; j + kTileR <= n1; j += kTileR) Rows<T, kTileR, kTileC, L>(t, j, &cursor, end);
+  for (; j < n1; ++j) Rows<T, 1, kTileC, L>(t, j, &cursor, end);
 }
 
 // The `blocks` (<= 16) blocks of one superblock of type T, groups
@@ -349,17 +351,28 @@ DequantPackedBf16(const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0, in
 
 }  // namespace
 
-void PackedRowsAvx512Vnni(const PackedTask& t, int64_t n0, int64_t n1) {
+namespace {
+
+template <PrefetchLevel L>
+void PackedRowsAt(const PackedTask& t, int64_t n0, int64_t n1) {
   switch (t.t) {
     case DType::kQ8_0:
-      return RowsOf<DType::kQ8_0>(t, n0, n1);
+      return RowsOf<DType::kQ8_0, L>(t, n0, n1);
     case DType::kQ4_0:
-      return RowsOf<DType::kQ4_0>(t, n0, n1);
+      return RowsOf<DType::kQ4_0, L>(t, n0, n1);
     case DType::kQ4_1:
-      return RowsOf<DType::kQ4_1>(t, n0, n1);
+      return RowsOf<DType::kQ4_1, L>(t, n0, n1);
     default:
       break;
   }
+}
+
+}  // namespace
+
+void PackedRowsAvx512Vnni(const PackedTask& t, int64_t n0, int64_t n1) {
+  static const bool l2 = PackedPrefetchLevel() == PrefetchLevel::kL2;
+  if (l2) return PackedRowsAt<PrefetchLevel::kL2>(t, n0, n1);
+  PackedRowsAt<PrefetchLevel::kL1>(t, n0, n1);
 }
 
 // Per superblock: the blocks quantized by QuantizeBlockAvx512 into a

@@ -10,13 +10,26 @@
 
 namespace tandem::ops {
 
+PrefetchLevel ChooseStreamPrefetchLevel(const char* env, bool amd) {
+  if (env != nullptr && std::strcmp(env, "l1") == 0) return PrefetchLevel::kL1;
+  if (env != nullptr && std::strcmp(env, "l2") == 0) return PrefetchLevel::kL2;
+  return amd ? PrefetchLevel::kL2 : PrefetchLevel::kL1;
+}
+
+PrefetchLevel ChoosePackedPrefetchLevel(const char* env, bool amd, int family) {
+  // Zen 5 and later default to L1, as other vendors do.
+  return ChooseStreamPrefetchLevel(env, amd && family < 0x1a);
+}
+
 PrefetchLevel StreamPrefetchLevel() {
-  static const PrefetchLevel level = [] {
-    const char* v = std::getenv("TANDEM_PREFETCH");
-    if (v != nullptr && std::strcmp(v, "l1") == 0) return PrefetchLevel::kL1;
-    if (v != nullptr && std::strcmp(v, "l2") == 0) return PrefetchLevel::kL2;
-    return HostCpuFeatures().amd ? PrefetchLevel::kL2 : PrefetchLevel::kL1;
-  }();
+  static const PrefetchLevel level =
+      ChooseStreamPrefetchLevel(std::getenv("TANDEM_PREFETCH"), HostCpuFeatures().amd);
+  return level;
+}
+
+PrefetchLevel PackedPrefetchLevel() {
+  static const PrefetchLevel level = ChoosePackedPrefetchLevel(
+      std::getenv("TANDEM_PREFETCH"), HostCpuFeatures().amd, HostCpuFeatures().family);
   return level;
 }
 

@@ -21,6 +21,19 @@ enum class PrefetchLevel { kL1, kL2 };
 // values are ignored). Probed and read once, at the first call.
 PrefetchLevel StreamPrefetchLevel();
 
+// The level of the packed quantized kernel (quant_packed.h), whose cursor
+// fetches a thread's stream 4 KiB ahead: as StreamPrefetchLevel, except on
+// AMD family 0x1A (Zen 5) and later, where into L1 read 0.82-0.83 of the
+// sweep against 0.77 into L2; on a Zen 4 VM (family 0x19) into L2 read
+// 38-41 GB/s at one row of Q8_0 against 29-30 into L1 (docs/PERFORMANCE.md).
+// TANDEM_PREFETCH overrides it too. Probed and read once.
+PrefetchLevel PackedPrefetchLevel();
+
+// The choices above from their inputs: `env` is $TANDEM_PREFETCH (null if
+// unset), `amd` and `family` the CPU's (cpu_features.h).
+PrefetchLevel ChooseStreamPrefetchLevel(const char* env, bool amd);
+PrefetchLevel ChoosePackedPrefetchLevel(const char* env, bool amd, int family);
+
 // "l1", "l2".
 const char* PrefetchLevelName(PrefetchLevel level);
 

@@ -105,6 +105,7 @@ MachineInfo DescribeMachine() {
   m.kernel_isa = ops::KernelIsaName(ops::MaxKernelIsa());
   m.bf16_gemm = ops::CpuHasBf16();
   m.stream_prefetch = ops::PrefetchLevelName(ops::StreamPrefetchLevel());
+  m.packed_prefetch = ops::PrefetchLevelName(ops::PackedPrefetchLevel());
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   m.omp_wait_policy = wait != nullptr ? wait : "";
   const char* spin = std::getenv("GOMP_SPINCOUNT");

@@ -23,6 +23,7 @@ struct MachineInfo {
   std::string kernel_isa;                  // level of the hand-written kernels (ops::MaxKernelIsa)
   bool bf16_gemm = false;                  // ops::CpuHasBf16(): bf16 weights run bf16 GEMMs
   std::string stream_prefetch;             // cache level the GEMV prefetch fills ("l1", "l2")
+  std::string packed_prefetch;             // the packed quantized kernel's level ("l1", "l2")
   std::string omp_wait_policy;             // $OMP_WAIT_POLICY ("" if unset)
   std::string gomp_spincount;              // $GOMP_SPINCOUNT ("" if unset)
 };

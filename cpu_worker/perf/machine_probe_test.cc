@@ -1,5 +1,6 @@
 #include "cpu_worker/perf/machine_probe.h"
 
+#include "cpu_worker/ops/stream_prefetch.h"
 #include "cpu_worker/perf/machine_info.h"
 #include "cpu_worker/perf/timing.h"
 #include "gtest/gtest.h"
@@ -67,6 +68,7 @@ TEST(MachineProbeTest, OverheadAndDescription) {
   EXPECT_GT(m.memory_bytes, 0);
   EXPECT_FALSE(m.kernel_isa.empty());
   EXPECT_TRUE(m.stream_prefetch == "l1" || m.stream_prefetch == "l2") << m.stream_prefetch;
+  EXPECT_EQ(m.packed_prefetch, ops::PrefetchLevelName(ops::PackedPrefetchLevel()));
 }
 
 }  // namespace

@@ -115,8 +115,8 @@ void ExpectReport(const json& j, bool moe) {
   }
   for (const char* k :
        {"cpu_model", "logical_cpus", "omp_threads", "memory_bytes", "l3_bytes", "probed_features",
-        "cpuinfo_flags", "kernel_isa", "bf16_gemm", "stream_prefetch", "omp_wait_policy",
-        "gomp_spincount"}) {
+        "cpuinfo_flags", "kernel_isa", "bf16_gemm", "stream_prefetch", "packed_prefetch",
+        "omp_wait_policy", "gomp_spincount"}) {
     EXPECT_TRUE(j["machine"].contains(k)) << "machine lacks " << k;
   }
   ExpectSummary(j["peaks"]["read_bandwidth"]["gbs"], "read_bandwidth");

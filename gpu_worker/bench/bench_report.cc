@@ -108,12 +108,19 @@ std::string DecodeLabel(const Figure& f) {
 ordered_json ReportJson(const BenchReport& r) {
   ordered_json j;
   const perf::MachineInfo& m = r.machine;
-  j["machine"] = {{"cpu_model", m.cpu_model},         {"logical_cpus", m.logical_cpus},
-                  {"omp_threads", m.omp_threads},     {"memory_bytes", m.memory_bytes},
-                  {"l3_bytes", m.l3_bytes},           {"probed_features", m.probed_features},
-                  {"cpuinfo_flags", m.cpuinfo_flags}, {"kernel_isa", m.kernel_isa},
-                  {"bf16_gemm", m.bf16_gemm},         {"stream_prefetch", m.stream_prefetch},
-                  {"omp_wait_policy", m.omp_wait_policy}, {"gomp_spincount", m.gomp_spincount}};
+  j["machine"] = {{"cpu_model", m.cpu_model},
+                  {"logical_cpus", m.logical_cpus},
+                  {"omp_threads", m.omp_threads},
+                  {"memory_bytes", m.memory_bytes},
+                  {"l3_bytes", m.l3_bytes},
+                  {"probed_features", m.probed_features},
+                  {"cpuinfo_flags", m.cpuinfo_flags},
+                  {"kernel_isa", m.kernel_isa},
+                  {"bf16_gemm", m.bf16_gemm},
+                  {"stream_prefetch", m.stream_prefetch},
+                  {"packed_prefetch", m.packed_prefetch},
+                  {"omp_wait_policy", m.omp_wait_policy},
+                  {"gomp_spincount", m.gomp_spincount}};
   j["settings"] = {{"repeats", r.repeats}, {"warmup", r.warmup}};
   j["peaks"] = {{"read_bandwidth", PeakJson(r.bandwidth, "gbs")},
                 {"read_bandwidth_after", PeakJson(r.bandwidth_after, "gbs")},
@@ -197,12 +204,14 @@ std::string ReportTable(const BenchReport& r) {
       &s, "Machine: %s, %d logical CPUs, %d OpenMP threads, %.1f GiB, L3 %d MiB\n",
       m.cpu_model.empty() ? "unknown CPU" : m.cpu_model, m.logical_cpus, m.omp_threads,
       static_cast<double>(m.memory_bytes) / (1 << 30), m.l3_bytes >> 20);
-  absl::StrAppendFormat(&s,
-                        "  kernels: %s; bf16 GEMM: %s; GEMV prefetch into %s; OMP_WAIT_POLICY=%s "
-                        "GOMP_SPINCOUNT=%s\n",
-                        m.kernel_isa, m.bf16_gemm ? "yes" : "no", m.stream_prefetch,
-                        m.omp_wait_policy.empty() ? "(unset)" : m.omp_wait_policy,
-                        m.gomp_spincount.empty() ? "(unset)" : m.gomp_spincount);
+  absl::StrAppendFormat(
+      &s,
+      "  kernels: %s; bf16 GEMM: %s; GEMV prefetch into %s (packed quantized: %s); "
+      "OMP_WAIT_POLICY=%s "
+      "GOMP_SPINCOUNT=%s\n",
+      m.kernel_isa, m.bf16_gemm ? "yes" : "no", m.stream_prefetch, m.packed_prefetch,
+      m.omp_wait_policy.empty() ? "(unset)" : m.omp_wait_policy,
+      m.gomp_spincount.empty() ? "(unset)" : m.gomp_spincount);
   absl::StrAppendFormat(&s, "  cpuinfo: %s\n", absl::StrJoin(m.cpuinfo_flags, " "));
   absl::StrAppendFormat(&s, "Peaks (median [min .. max] of %d runs after %d warm-up):\n", r.repeats,
                         r.warmup);
