@@ -349,10 +349,6 @@ DequantPackedBf16(const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0, in
   }
 }
 
-}  // namespace
-
-namespace {
-
 template <PrefetchLevel L>
 void PackedRowsAt(const PackedTask& t, int64_t n0, int64_t n1) {
   switch (t.t) {

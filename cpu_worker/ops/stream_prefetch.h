@@ -5,7 +5,8 @@
 // EPYC (Zen 4) VM the same prefetch into L1 read 15% below the plain read
 // sweep and into L2 matched it (docs/PERFORMANCE.md). The AVX-512 kernels
 // (bf16 direct path, quantized VNNI rows) take the level; the AVX2 quantized
-// kernel keeps L1, as L2 measured the same for it there.
+// kernel keeps L1, as L2 measured the same for it there; the packed
+// quantized kernel takes its own (PackedPrefetchLevel).
 #ifndef TANDEM_CPU_WORKER_OPS_STREAM_PREFETCH_H_
 #define TANDEM_CPU_WORKER_OPS_STREAM_PREFETCH_H_
 
