@@ -53,30 +53,7 @@ inline void PrefetchStep(RowPrefetch& pf) {
 
 #define TANDEM_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-// Rounds x [m, k] to bf16 (round to nearest even) in 32-element blocks
-// interleaved by row: block b of row r at (b * m + r) * 32, the last block
-// zero-padded. A tile then reads its rows' activations for one step as one
-// contiguous run, instead of R streams k elements apart that would share
-// the same L1 sets (k = 4096: 8 KiB apart).
-TANDEM_BF16_TARGET void ToBf16Blocks(const float* x, int64_t m, int64_t k, uint16_t* dst) {
-  const int64_t blocks = (k + 31) / 32;
-  for (int64_t r = 0; r < m; ++r) {
-    const float* src = x + r * k;
-    for (int64_t b = 0; b < blocks; ++b) {
-      uint16_t* out = dst + (b * m + r) * 32;
-      for (int h = 0; h < 2; ++h) {
-        const int64_t at = b * 32 + h * 16;
-        const int64_t left = std::clamp<int64_t>(k - at, 0, 16);
-        const __mmask16 mask = static_cast<__mmask16>((1u << left) - 1);
-        const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, src + at));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + h * 16),
-                            reinterpret_cast<const __m256i&>(v));
-      }
-    }
-  }
-}
-
-// Adds, for R rows of x (blocked bf16 as ToBf16Blocks writes it, `m` rows
+// Adds, for R rows of x (blocked bf16 as Bf16BlockRows writes it, `m` rows
 // in all; `x` at the group's first row) and C rows of w, the products over
 // elements [l0, l1) to the accumulators at `acc` (R x C vectors; zeroed
 // first if `first`), in 32-element steps, a step past k masked on the
@@ -205,16 +182,6 @@ void TileReduce(int cols, const __m512* acc, int64_t m, int64_t n, const float* 
   }
 }
 
-// x as ToBf16Blocks writes it, in this thread's buffer (read by all the
-// OpenMP threads of the caller's next parallel region).
-const uint16_t* XBlocks(const float* x, int64_t m, int64_t k) {
-  thread_local std::vector<uint16_t> xb;
-  const int64_t padded = m * ((k + 31) / 32 * 32);
-  if (static_cast<int64_t>(xb.size()) < padded) xb.resize(static_cast<size_t>(padded));
-  ToBf16Blocks(x, m, k, xb.data());
-  return xb.data();
-}
-
 // Output columns [j0, end) of all m rows; `w` holds weight row j0 onwards
 // in bf16. `ahead` (null if there is none) is the stored form of a later
 // item's rows, `ahead_bytes` long. With spans shorter than k, each span of
@@ -266,11 +233,41 @@ const void* RowsAhead(const void* w, int64_t row_bytes, int64_t it, int64_t n, i
 
 }  // namespace
 
+// A tile then reads its rows' activations for one step as one contiguous
+// run, instead of R streams k elements apart that would share the same L1
+// sets (k = 4096: 8 KiB apart).
+TANDEM_BF16_TARGET void Bf16BlockRows(const float* x, int64_t m, int64_t k, int64_t r0, int64_t r1,
+                                      uint16_t* dst) {
+  const int64_t blocks = (k + 31) / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* src = x + r * k;
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint16_t* out = dst + (b * m + r) * 32;
+      for (int h = 0; h < 2; ++h) {
+        const int64_t at = b * 32 + h * 16;
+        const int64_t left = std::clamp<int64_t>(k - at, 0, 16);
+        const __mmask16 mask = static_cast<__mmask16>((1u << left) - 1);
+        const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, src + at));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + h * 16),
+                            reinterpret_cast<const __m256i&>(v));
+      }
+    }
+  }
+}
+
+const uint16_t* Bf16XBlocks(const float* x, int64_t m, int64_t k) {
+  thread_local std::vector<uint16_t> xb;
+  const int64_t padded = m * ((k + 31) / 32 * 32);
+  if (static_cast<int64_t>(xb.size()) < padded) xb.resize(static_cast<size_t>(padded));
+  Bf16BlockRows(x, m, k, 0, m, xb.data());
+  return xb.data();
+}
+
 bool Bf16DotKernelRuns() { return CpuHasBf16(); }
 
 void Bf16DotLinear(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k,
                    const float* bias, float* y) {
-  const uint16_t* xp = XBlocks(x, m, k);
+  const uint16_t* xp = Bf16XBlocks(x, m, k);
   const int64_t items = (n + kColsPerItem - 1) / kColsPerItem;
   const int64_t span = m <= kSpanMaxRows ? kSpan : k;
 #pragma omp parallel for schedule(static) if (items > 1 && n * k > 65536)
@@ -286,7 +283,7 @@ void Bf16DotLinear(const float* x, int64_t m, const uint16_t* w, int64_t n, int6
 void QuantDotLinear(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
                     const float* bias, float* y) {
   TANDEM_CHECK(DTypeIsQuantized(t) && k % 32 == 0);
-  const uint16_t* xp = XBlocks(x, m, k);
+  const uint16_t* xp = Bf16XBlocks(x, m, k);
   const int64_t row_bytes = k / 32 * DTypeBlockBytes(t);
   const auto* blocks = static_cast<const uint8_t*>(w);
   const int64_t items = (n + kColsPerItem - 1) / kColsPerItem;

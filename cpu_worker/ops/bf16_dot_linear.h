@@ -46,6 +46,15 @@ void Bf16DotLinear(const float* x, int64_t m, const uint16_t* w, int64_t n, int6
 void QuantDotLinear(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
                     const float* bias, float* y);
 
+// Rows [r0, r1) of x [m, k] rounded to bf16 (to nearest even) into `dst`
+// in blocks of 32 elements interleaved by row: block b of row r at
+// (b * m + r) * 32, the last block zero-padded (m * 32 * ((k + 31) / 32)
+// elements in all). Requires Bf16DotKernelRuns().
+void Bf16BlockRows(const float* x, int64_t m, int64_t k, int64_t r0, int64_t r1, uint16_t* dst);
+// All m rows so, in this thread's buffer, which the caller's next parallel
+// region reads; the thread's next call overwrites it.
+const uint16_t* Bf16XBlocks(const float* x, int64_t m, int64_t k);
+
 }  // namespace tandem::ops::internal
 
 #endif  // TANDEM_CPU_WORKER_OPS_BF16_DOT_LINEAR_H_

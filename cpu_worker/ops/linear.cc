@@ -18,11 +18,12 @@
 #include "common/status_macros.h"
 #include "cpu_worker/ops/amx_linear.h"
 #include "cpu_worker/ops/bf16_dot_linear.h"
+#include "cpu_worker/ops/bf16_packed.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/onednn_matmul.h"
-#include "cpu_worker/ops/quant_packed.h"
 #include "cpu_worker/ops/quant_gemv.h"
+#include "cpu_worker/ops/quant_packed.h"
 #include "cpu_worker/ops/widened_linear.h"
 
 namespace tandem::ops {
@@ -227,7 +228,35 @@ DType LinearWeight::block_type() const {
   }
 }
 
+namespace {
+
+// True if the calls can run as one PackedBf16LinearGroup: all on packed
+// bf16 weights, with decode-sized batches.
+bool PackedBf16Group(const LinearCall* calls, int64_t count) {
+  if (!internal::PackedBf16KernelHere()) return false;
+  for (int64_t c = 0; c < count; ++c) {
+    if (calls[c].w->storage() != WeightStorage::kBF16Packed ||
+        calls[c].m > internal::kPackedBf16KernelMaxRows) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 void LinearGroup(const LinearCall* calls, int64_t count) {
+  if (count > 0 && PackedBf16Group(calls, count)) {
+    thread_local std::vector<internal::PackedBf16Call> group;
+    group.clear();
+    for (int64_t c = 0; c < count; ++c) {
+      const LinearCall& l = calls[c];
+      TANDEM_CHECK(l.w->data() != nullptr && l.m >= 0);
+      group.push_back({l.x, l.m, l.w->data(), l.w->rows(), l.w->cols(), l.bias, l.y});
+    }
+    internal::PackedBf16LinearGroup(group.data(), count);
+    return;
+  }
   bool packed = true;
   for (int64_t c = 0; c < count && packed; ++c) {
     packed = calls[c].w->packed_quant() && calls[c].m <= internal::kPackedQuantMaxRows;
@@ -276,6 +305,10 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
     return;
   }
   if (w.storage() == WeightStorage::kBF16Packed) {
+    if (m <= internal::kPackedBf16KernelMaxRows && internal::PackedBf16KernelHere()) {
+      internal::PackedBf16Linear(x, m, w.data(), w.rows(), w.cols(), bias, y);
+      return;
+    }
     // Decode batches run at their own size (the result of a row does not
     // depend on it); larger ones share a few primitives per octave.
     const int64_t rows = m <= internal::kPackedExactRows ? m : internal::OnednnRows(m);

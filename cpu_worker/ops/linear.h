@@ -15,15 +15,21 @@
 // Where the caller lets them be copied (WeightLayout::kCpuPacked) and the
 // CPU runs bf16 GEMMs without AMX (internal::Bf16PacksHere), bf16 weights
 // are packed once at load into oneDNN's blocked layout
-// (WeightStorage::kBF16Packed) and every batch size, one row included, runs
-// on oneDNN's GEMM with activations rounded to bf16. Its kernels stream
-// that layout in address order and keep computing at their bf16 rate as
-// rows grow: on the AMD EPYC VM (linear_bench.cc, BM_Bf16SmallBatchPaths
-// path 6 against 0 and 4, cold 4096 x 4096 weights, 2 threads, read sweep
-// 61 GB/s) 50 against 48 GB/s of weights at one row, 52 against 37 at 4
-// rows, 601 against 445 GFLOP/s at 16 and 778 against 425 at 32; in the
-// engine, decode 1.19x faster at B = 1 and 1.35x at B = 16 (docs/
-// PERFORMANCE.md). A row's result is the same bits whatever the batch.
+// (WeightStorage::kBF16Packed), with activations rounded to bf16. Its
+// kernels stream that layout in address order and keep computing at their
+// bf16 rate as rows grow: on the AMD EPYC VM (linear_bench.cc,
+// BM_Bf16SmallBatchPaths path 6 against 0 and 4, cold 4096 x 4096 weights,
+// 2 threads, read sweep 61 GB/s) 50 against 48 GB/s of weights at one row,
+// 52 against 37 at 4 rows, 601 against 445 GFLOP/s at 16 and 778 against
+// 425 at 32; in the engine, decode 1.19x faster at B = 1 and 1.35x at
+// B = 16 (docs/PERFORMANCE.md). Batches of up to
+// internal::kPackedBf16KernelMaxRows rows run on a kernel of our own over
+// the same bytes (bf16_packed.h), which fetches the weight ahead in
+// software and shares x's rounding and one parallel region among grouped
+// calls (LinearGroup): on a Zen 4 EPYC VM dense decode B = 16 1.16x and
+// MoE decode 1.09-1.21x as fast as on oneDNN's (docs/PERFORMANCE.md);
+// larger ones (prefill) run on oneDNN's GEMM. A row's result is the same
+// bits whatever the batch within each of the two classes.
 // The rest of this paragraph is about weights in place.
 // Decode-sized batches (internal::SmallBatchMaxRows) take a kernel that
 // streams the in-place weight once, since oneDNN 2.6 repacks an in-place
@@ -42,7 +48,8 @@
 // dot-product kernel on AMD (QuantUsesDotKernel), else panels for oneDNN.
 //
 // Batch invariance: a row's result is the same bits whatever else shares
-// the call, for every batch on packed bf16 weights, and, in place, for
+// the call, on packed bf16 weights within 1-32 rows and within 33 and
+// more, and, in place, for
 // batches of up to SmallBatchMaxRows rows (4 with AMX, else
 // 16; the small-batch kernel's accumulation order does not depend on m),
 // within 2-32 rows on the AMX kernel and on the dot-product kernel (1 row
@@ -196,7 +203,9 @@ struct LinearCall {
 // Each call as Linear runs it (the same bits). Where all of them are on
 // packed quantized weights within the int8 kernel's rows, their rows share
 // one parallel region and calls on the same x quantize it once
-// (internal::PackedQuantLinearGroup); otherwise they run one after another.
+// (internal::PackedQuantLinearGroup); where all are on packed bf16 weights
+// within the packed kernel's rows, the same with x rounded to bf16 once
+// (internal::PackedBf16LinearGroup); otherwise they run one after another.
 void LinearGroup(const LinearCall* calls, int64_t count);
 
 namespace internal {
@@ -226,10 +235,11 @@ bool F16WidenedInPlace();
 // AMX (whose kernels, measured on Sapphire Rapids, read weights in place;
 // the packed layout was measured on AMD EPYC only).
 bool Bf16PacksHere();
-// Packed bf16 batches of up to this many rows run on a primitive of their
-// own size; larger ones, rounded up by OnednnRows (17-32 rows to 32), share
-// one per few sizes, which keeps a MoE model's shapes within the primitive
-// cache (kOnednnMatmulCacheLimit).
+// Packed bf16 batches that reach oneDNN (past kPackedBf16KernelMaxRows
+// rows, or where the packed kernel does not run) of up to this many rows
+// run on a primitive of their own size; larger ones, rounded up by
+// OnednnRows (17-32 rows to 32), share one per few sizes, which keeps a MoE
+// model's shapes within the primitive cache (kOnednnMatmulCacheLimit).
 inline constexpr int64_t kPackedExactRows = 16;
 // The most rows of such weights (bf16 or f16) the small-batch kernel
 // takes; larger batches widen panels for oneDNN's f32 GEMM

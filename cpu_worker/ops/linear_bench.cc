@@ -25,6 +25,7 @@
 #include "cpu_worker/ops/amx_linear.h"
 #include "cpu_worker/ops/bench_sweep.h"
 #include "cpu_worker/ops/bf16_dot_linear.h"
+#include "cpu_worker/ops/bf16_packed.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/intrinsics.h"
@@ -238,7 +239,8 @@ BENCHMARK_CAPTURE(BM_QuantSmallBatchPaths, q4_0, DType::kQ4_0)
 // and path 5 in panels for oneDNN's f32 GEMM (widened_linear.h): where
 // Linear switches between them (WidenedSmallBatchMaxRows). Path 6 is
 // oneDNN's GEMM on the weight packed for it (PackBf16), which Linear runs
-// for every batch where Bf16PacksHere holds.
+// for every batch where Bf16PacksHere holds before the kernel of its own,
+// path 7 (bf16_packed.h), which reads the same bytes.
 void BM_Bf16SmallBatchPaths(benchmark::State& state) {
   const int64_t m = state.range(0);
   const int64_t path = state.range(1);
@@ -253,7 +255,7 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
   const int64_t bytes = kN * kK * 2;
   const auto w = MakeWeights(DType::kBF16, static_cast<int>((kColdBytes + bytes - 1) / bytes));
   std::vector<LinearWeight> packed;
-  if (path == 6) {
+  if (path == 6 || path == 7) {
     for (const auto& c : w) {
       auto lw = LinearWeight::Create(View(DType::kBF16, c), ComputeType::kBF16,
                                      WeightLayout::kCpuPacked);
@@ -275,6 +277,8 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
     const void* wp = w[next].data();
     if (path == 6) {
       Linear(x.data(), m, packed[next], nullptr, y.data());
+    } else if (path == 7) {
+      internal::PackedBf16Linear(x.data(), m, packed[next].data(), kN, kK, nullptr, y.data());
     } else if (path == 0) {
       internal::SmallBatchLinear(x.data(), m, wp, internal::GemvWeight::kBF16, kN, kK, nullptr,
                                  y.data());
@@ -304,10 +308,40 @@ void BM_Bf16SmallBatchPaths(benchmark::State& state) {
   ReportRates(state, m, bytes);
 }
 BENCHMARK(BM_Bf16SmallBatchPaths)
-    ->ArgsProduct({{1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128}, {0, 1, 2, 3, 4, 5, 6}})
+    ->ArgsProduct({{1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128}, {0, 1, 2, 3, 4, 5, 6, 7}})
     ->ArgNames({"m", "path"})
     ->UseRealTime()
     ->MinTime(0.5);
+
+// The packed bf16 kernel (bf16_packed.h) on a weight that stays in L2 (256
+// x 1024, 512 KiB), one thread: its arithmetic rate without DRAM. Args: m.
+void BM_PackedBf16Warm(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  constexpr int64_t kWn = 256, kWk = 1024;
+  if (!internal::PackedBf16KernelHere()) {
+    state.SkipWithError("no AVX512-BF16 here");
+    return;
+  }
+  const std::vector<float> wf = NormalInput(kWn * kWk);
+  std::vector<uint16_t> wb(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) wb[i] = F32ToBf16(wf[i]);
+  std::vector<uint16_t> packed(static_cast<size_t>(internal::PackedBf16Elements(kWn, kWk)) + 32);
+  auto* aligned =
+      reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(packed.data()) + 63) / 64 * 64);
+  internal::PackBf16(wb.data(), kWn, kWk, aligned);
+  const std::vector<float> x = NormalInput(m * kWk);
+  std::vector<float> y(static_cast<size_t>(m * kWn));
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  for (auto _ : state) {
+    internal::PackedBf16Linear(x.data(), m, aligned, kWn, kWk, nullptr, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  omp_set_num_threads(threads);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m) * kWn * kWk * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PackedBf16Warm)->ArgName("m")->Arg(1)->Arg(4)->Arg(6)->Arg(12)->Arg(16)->Arg(32);
 
 // The fixed cost of one Linear call: one row through a 64 x 64 weight,
 // from L1, per storage (arg: 0 f32, 1 bf16 as the engine holds it, packed

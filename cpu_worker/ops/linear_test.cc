@@ -20,6 +20,7 @@
 #include "common/quant.h"
 #include "cpu_worker/ops/amx_linear.h"
 #include "cpu_worker/ops/bf16_dot_linear.h"
+#include "cpu_worker/ops/bf16_packed.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/gemv.h"
 #include "cpu_worker/ops/onednn_matmul.h"
@@ -601,15 +602,19 @@ TEST(LinearTest, RowResultDoesNotDependOnBatch) {
                        }});
     }
     if (lwp->storage() == WeightStorage::kBF16Packed) {
-      // Every batch: exact sizes up to kPackedExactRows, rounded ones past
-      // it; even batches on one thread, odd ones on all of them.
-      paths.push_back({"Linear packed bf16", 1, 3 * internal::kPackedExactRows,
-                       [&lwp, &b](const float* x, int64_t m, float* y) {
-                         const int all = omp_get_max_threads();
-                         if (m % 2 == 0) omp_set_num_threads(1);
-                         Linear(x, m, *lwp, b.data(), y);
-                         omp_set_num_threads(all);
-                       }});
+      // Two classes: decode batches on the packed kernel (bf16_packed.h),
+      // larger ones on oneDNN's GEMM, rounded up past kPackedExactRows;
+      // even batches on one thread, odd ones on all of them.
+      const auto run = [&lwp, &b](const float* x, int64_t m, float* y) {
+        const int all = omp_get_max_threads();
+        if (m % 2 == 0) omp_set_num_threads(1);
+        Linear(x, m, *lwp, b.data(), y);
+        omp_set_num_threads(all);
+      };
+      paths.push_back(
+          {"Linear packed bf16, packed kernel", 1, internal::kPackedBf16KernelMaxRows, run});
+      paths.push_back({"Linear packed bf16, oneDNN", internal::kPackedBf16KernelMaxRows + 1,
+                       3 * internal::kPackedExactRows + 8, run});
     }
     for (const LinearWeight* lw : {&*lw32, &*lw16, &*lwh}) {
       const ComputeType t = lw->compute_type();

@@ -35,13 +35,6 @@ constexpr int kTileR = 2, kTileC = 4;
 // (PackedPrefetchLevel picks the level by CPU family).
 constexpr int64_t kAheadBytes = 4096;
 
-// Prefetches the lines from *cursor up to `target` (not past `end`) into L.
-template <PrefetchLevel L>
-TANDEM_VNNI inline void FetchUpTo(uintptr_t* cursor, uintptr_t target, uintptr_t end) {
-  target = target < end ? target : end;
-  for (; *cursor < target; *cursor += 64) PrefetchLine<L>(reinterpret_cast<const void*>(*cursor));
-}
-
 TANDEM_VNNI inline __m512i LoadGroup(const uint8_t* p, __mmask16 mask, bool full) {
   return full ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi32(mask, p);
 }
@@ -171,7 +164,8 @@ TANDEM_VNNI void Tile(const PackedTask& t, int64_t j, int64_t i0, uintptr_t* cur
   const auto* scales = reinterpret_cast<const uint16_t*>(row + PackedScalesOffset(T, nb));
   const auto* mins = reinterpret_cast<const uint16_t*>(row + PackedMinsOffset(T, nb));
   for (int64_t s = 0; s < parts; ++s) {
-    if (cursor != nullptr) FetchUpTo<L>(cursor, ahead + (s + 1) * R * t.row_bytes / parts, end);
+    if (cursor != nullptr)
+      FetchLinesUpTo<L>(cursor, ahead + (s + 1) * R * t.row_bytes / parts, end);
     const bool in_full = s < full;
     const auto mask = static_cast<__mmask16>(in_full ? 0xffff : (1u << r) - 1);
     __m512 ws[R], ms[R];

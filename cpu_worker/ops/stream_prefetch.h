@@ -45,6 +45,15 @@ inline void PrefetchLine(const void* p) {
   _mm_prefetch(static_cast<const char*>(p), L == PrefetchLevel::kL2 ? _MM_HINT_T1 : _MM_HINT_T0);
 }
 
+// Prefetches into L the lines from *cursor up to `target` (not past `end`),
+// moving the cursor on: a thread's weight stream fetched ahead by the
+// packed kernels, each line once.
+template <PrefetchLevel L>
+inline void FetchLinesUpTo(uintptr_t* cursor, uintptr_t target, uintptr_t end) {
+  target = target < end ? target : end;
+  for (; *cursor < target; *cursor += 64) PrefetchLine<L>(reinterpret_cast<const void*>(*cursor));
+}
+
 // One row of x (a single sequence's decode step) reads each weight row
 // alone, so that a thread's rows are one sequential stream of bytes: several
 // rows at once are as many streams a row apart, which DRAM serves far

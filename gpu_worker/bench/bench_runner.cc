@@ -9,6 +9,7 @@
 #include "common/checkpoint.h"
 #include "common/mapped_file.h"
 #include "common/status_macros.h"
+#include "cpu_worker/ops/bf16_packed.h"
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/perf/machine_info.h"
 #include "cpu_worker/perf/machine_probe.h"
@@ -178,7 +179,9 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
                                        ? ops::WeightStorage::kF32
                                        : engine->weights().layers[0].q.storage();
   if (first == ops::WeightStorage::kBF16Packed) {
-    r.model.compute = "bf16, packed for oneDNN's GEMM at load";
+    r.model.compute = absl::StrCat(
+        "bf16, packed at load in oneDNN's layout; the packed bf16 kernel in ", "decode up to ",
+        ops::internal::kPackedBf16KernelMaxRows, " rows, oneDNN's GEMM above");
   } else if (!engine->weights().layers.empty() && engine->weights().layers[0].q.packed_quant()) {
     const std::string type(DTypeName(engine->weights().layers[0].q.block_type()));
     r.model.compute =
