@@ -17,9 +17,11 @@
 // GFLOP/s, sweeps 35-66 GB/s) dense decode B = 16 ran at 69 % of the
 // compute roofline, about the time of streaming the weight plus the time of
 // the arithmetic, and one row read 38-40 GB/s whatever the sweep
-// (docs/PERFORMANCE.md). This kernel fetches its stream ahead in software
-// (PackedPrefetchLevel) and reuses each 16 KiB of weight from L1 for every
-// row of x.
+// (docs/PERFORMANCE.md). This kernel reuses each 16 KiB of weight from L1
+// for every row of x, fetches the stream ahead in software
+// (PackedPrefetchLevel) where more than six rows share it, and leaves it to
+// the hardware prefetchers below that, where one row then reads at the
+// sweep's rate in both of the VM's bandwidth phases.
 #ifndef TANDEM_CPU_WORKER_OPS_BF16_PACKED_H_
 #define TANDEM_CPU_WORKER_OPS_BF16_PACKED_H_
 
