@@ -233,9 +233,9 @@ const void* RowsAhead(const void* w, int64_t row_bytes, int64_t it, int64_t n, i
 
 }  // namespace
 
-// A tile then reads its rows' activations for one step as one contiguous
-// run, instead of R streams k elements apart that would share the same L1
-// sets (k = 4096: 8 KiB apart).
+// Interleaved by row so that a tile reads its rows' activations for one
+// step as one contiguous run, instead of R streams k elements apart that
+// would share the same L1 sets (k = 4096: 8 KiB apart).
 TANDEM_BF16_TARGET void Bf16BlockRows(const float* x, int64_t m, int64_t k, int64_t r0, int64_t r1,
                                       uint16_t* dst) {
   const int64_t blocks = (k + 31) / 32;

@@ -26,11 +26,11 @@ constexpr int64_t kPairBytes = kRunN * 4;
 // Rows of x per pass over a run's blocks: 4 accumulators a row, so six
 // rows take 24 of the 32 vector registers next to the 4 weight vectors.
 constexpr int kGroupRows = 6;
-// With more rows than one group, each group passes over this many blocks
-// (16 KiB, held in L1) before the next group does, its accumulators
-// stored and reloaded unchanged between them, so the weight comes from
-// DRAM once for all the rows. One group keeps its accumulators in
-// registers over the whole run.
+// Each group of rows passes over this many blocks (16 KiB, held in L1)
+// before the next group does, its accumulators stored and reloaded
+// unchanged between chunks, so the weight comes from DRAM once for all the
+// rows. (One group alone measured the same with its accumulators kept in
+// registers over the whole run.)
 constexpr int64_t kChunkBlocks = 4;
 // Rows of x per slice: the rows' accumulators of one run (slice x 64
 // floats) stay in a stack buffer of 8 KiB.
@@ -146,9 +146,8 @@ TANDEM_BF16_PACKED void Runs(const Task& t, int64_t r0, int64_t r1) {
     for (int64_t s0 = 0; s0 < t.m; s0 += kSliceRows) {
       const int64_t rows = std::min(kSliceRows, t.m - s0);
       const int64_t groups = (rows + kGroupRows - 1) / kGroupRows;
-      const int64_t chunk = kChunkBlocks;
-      for (int64_t b0 = 0; b0 < t.blocks; b0 += chunk) {
-        const int64_t count = std::min(chunk, t.blocks - b0);
+      for (int64_t b0 = 0; b0 < t.blocks; b0 += kChunkBlocks) {
+        const int64_t count = std::min(kChunkBlocks, t.blocks - b0);
         const auto at = reinterpret_cast<uintptr_t>(t.w + (run * t.blocks + b0) * kBlockBytes);
         Fetch f;
         if (s0 == 0 && groups > 1) {

@@ -164,8 +164,9 @@ TANDEM_VNNI void Tile(const PackedTask& t, int64_t j, int64_t i0, uintptr_t* cur
   const auto* scales = reinterpret_cast<const uint16_t*>(row + PackedScalesOffset(T, nb));
   const auto* mins = reinterpret_cast<const uint16_t*>(row + PackedMinsOffset(T, nb));
   for (int64_t s = 0; s < parts; ++s) {
-    if (cursor != nullptr)
+    if (cursor != nullptr) {
       FetchLinesUpTo<L>(cursor, ahead + (s + 1) * R * t.row_bytes / parts, end);
+    }
     const bool in_full = s < full;
     const auto mask = static_cast<__mmask16>(in_full ? 0xffff : (1u << r) - 1);
     __m512 ws[R], ms[R];

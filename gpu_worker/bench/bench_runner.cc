@@ -180,7 +180,7 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
                                        : engine->weights().layers[0].q.storage();
   if (first == ops::WeightStorage::kBF16Packed) {
     r.model.compute = absl::StrCat(
-        "bf16, packed at load in oneDNN's layout; the packed bf16 kernel in ", "decode up to ",
+        "bf16, packed at load in oneDNN's layout; the packed bf16 kernel in decode up to ",
         ops::internal::kPackedBf16KernelMaxRows, " rows, oneDNN's GEMM above");
   } else if (!engine->weights().layers.empty() && engine->weights().layers[0].q.packed_quant()) {
     const std::string type(DTypeName(engine->weights().layers[0].q.block_type()));
