@@ -32,6 +32,7 @@
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/onednn_matmul.h"
 #include "cpu_worker/ops/quant_gemv.h"
+#include "cpu_worker/ops/quant_packed.h"
 #include "cpu_worker/ops/widened_linear.h"
 
 namespace tandem::ops {
@@ -342,6 +343,40 @@ void BM_PackedBf16Warm(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_PackedBf16Warm)->ArgName("m")->Arg(1)->Arg(4)->Arg(6)->Arg(12)->Arg(16)->Arg(32);
+
+// The packed int8 kernel (quant_packed.h) on a Q8_0 weight that stays in
+// L2 (128 x 4096, 544 KiB packed), one thread: its arithmetic rate without
+// DRAM, to set beside its cold rate (BM_Linear/q8_0, cold:1). Args: m.
+void BM_PackedQuantWarm(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  constexpr int64_t kWn = 128, kWk = 4096;
+  if (!internal::QuantPacksHere()) {
+    state.SkipWithError("no AVX512-VNNI here (or usable AMX, whose kernels read blocks in place)");
+    return;
+  }
+  const std::vector<float> wf = NormalInput(kWn * kWk);
+  std::vector<uint8_t> blocks(static_cast<size_t>(DTypeBytes(DType::kQ8_0, kWn * kWk).value()));
+  QuantizeFromF32(DType::kQ8_0, wf.data(), kWn * kWk, blocks.data());
+  const int64_t bytes = internal::PackedQuantBytes(DType::kQ8_0, kWn, kWk);
+  std::vector<uint8_t> packed(static_cast<size_t>(bytes) + 64);
+  auto* aligned =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(packed.data()) + 63) / 64 * 64);
+  internal::PackQuant(DType::kQ8_0, blocks.data(), kWn, kWk, aligned);
+  const std::vector<float> x = NormalInput(m * kWk);
+  std::vector<float> y(static_cast<size_t>(m * kWn));
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  for (auto _ : state) {
+    internal::PackedQuantLinear(DType::kQ8_0, x.data(), m, aligned, kWn, kWk, nullptr, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  omp_set_num_threads(threads);
+  state.counters["GOPS"] = benchmark::Counter(2.0 * static_cast<double>(m) * kWn * kWk * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["W_GB/s"] = benchmark::Counter(static_cast<double>(bytes) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PackedQuantWarm)->ArgName("m")->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Arg(32);
 
 // The fixed cost of one Linear call: one row through a 64 x 64 weight,
 // from L1, per storage (arg: 0 f32, 1 bf16 as the engine holds it, packed
