@@ -205,8 +205,17 @@ TEST_P(QuantLinearTest, KernelsMatchReference) {
         // 32: two scales for all 64 outputs) the error of a whole row moves
         // together, and 1% is within its spread (seed 2847965995 gave
         // 1.0025% there). The per-element bound above holds for every shape.
+        // One row of x against Q4_1's weights (mean 0.5, MakeWeight) puts
+        // the same 0.5 * (sum of x's rounding errors) into every output: a
+        // single Gaussian draw that no number of outputs averages out, so
+        // rel has a chi-square tail there (m = 1, n = 129, k = 4128: 20000
+        // draws of a numpy model of the rounding gave a median of 0.53%,
+        // 0.13% of draws above 1% and at most 1.34%; seed 3047956879 gave
+        // 1.006%). 1.5% puts a failure near 1e-7 (the tail of one squared
+        // Gaussian); every other shape and type stayed under 0.9%.
+        const double agg = t == DType::kQ4_1 && s.m == 1 ? 1.5e-2 : 1e-2;
         if (s.m * s.n >= 64 && s.m * (s.k / 32) >= 16) {
-          EXPECT_LT(rel, 1e-2) << what;
+          EXPECT_LT(rel, agg) << what;
         }
         if (!with_bias) {
           if (isa == KernelIsa::kScalar) {
