@@ -47,9 +47,10 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& path) {
   }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(path));
   m.config = ckpt->config();
+  // Described only: a GGUF k-quant tensor is not converted for its dtype.
   absl::StatusOr<TensorView> t = m.config.IsMoeLayer(0)
-                                     ? ckpt->ExpertTensor(ExpertBase(0, "up"), 0)
-                                     : ckpt->Tensor("blk.0.ffn_up.weight");
+                                     ? ckpt->DescribeExpertTensor(ExpertBase(0, "up"), 0)
+                                     : ckpt->DescribeTensor("blk.0.ffn_up.weight");
   if (t.ok()) {
     m.weight_bytes_per_element = static_cast<double>(DTypeBlockBytes(t->dtype)) /
                                  static_cast<double>(DTypeBlockElems(t->dtype));

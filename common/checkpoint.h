@@ -16,7 +16,9 @@
 //   blk.N.ffn_{gate,up,down}_exps per expert through ExpertTensor()
 //   blk.N.ffn_{gate,up,down}_shexp.weight, blk.N.ffn_gate_inp_shexp.weight [1, hidden]
 //
-// Views point into the memory mapping; nothing is copied at open.
+// Views point into the memory mapping; nothing is copied at open. A GGUF tensor in a
+// format Tandem converts (k-quants, Q5_0, Q5_1, IQ4_NL: common/converted_quant.h) is
+// converted into memory the checkpoint owns when it is first asked for.
 #ifndef TANDEM_COMMON_CHECKPOINT_H_
 #define TANDEM_COMMON_CHECKPOINT_H_
 
@@ -68,6 +70,18 @@ class Checkpoint {
   // ([moe_ffn, hidden] for gate/up, [hidden, moe_ffn] for down).
   virtual absl::StatusOr<TensorView> ExpertTensor(std::string_view base,
                                                   int64_t expert) const = 0;
+
+  // What Tensor() and ExpertTensor() return (name, dtype, shape, nbytes) without
+  // reading the data: `data` may be null. For checks at open, which must not make a
+  // GGUF checkpoint convert its k-quant tensors and the like (it does that on first
+  // use).
+  virtual absl::StatusOr<TensorView> DescribeTensor(std::string_view name) const {
+    return Tensor(name);
+  }
+  virtual absl::StatusOr<TensorView> DescribeExpertTensor(std::string_view base,
+                                                          int64_t expert) const {
+    return ExpertTensor(base, expert);
+  }
 
   // Tokenizer sources: an HF directory has tokenizer.json (+ _config); a GGUF
   // file carries its vocabulary in metadata (gguf() is non-null then).

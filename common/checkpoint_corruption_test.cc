@@ -482,11 +482,11 @@ std::vector<Corruption> AllCorruptions() {
   v.push_back({"GgufUnsupportedTensorType",
                [](const std::string& d, std::string* b) {
                  tt::GgufWriteOptions o;
-                 o.type_overrides["blk.1.attn_v.weight"] = 12;
+                 o.type_overrides["blk.1.attn_v.weight"] = 16;
                  return WriteGgufParts(d, ValidGguf(), b, o);
                },
                kUnimpl,
-               {"tensor 'blk.1.attn_v.weight' has unsupported ggml type id 12 (Q4_K)"}});
+               {"tensor 'blk.1.attn_v.weight' has unsupported ggml type id 16 (IQ2_XXS)"}});
   v.push_back({"GgufOverlappingTensors",
                [](const std::string& d, std::string* b) {
                  tt::GgufWriteOptions o;

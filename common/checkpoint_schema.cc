@@ -88,11 +88,11 @@ absl::Status ValidateCheckpointTensors(const Checkpoint& ckpt, const TensorDescr
   for (const ExpectedTensor& e : ExpectedTensors(c)) {
     if (e.expert) {
       for (int64_t x = 0; x < c.num_experts; ++x) {
-        TANDEM_ASSIGN_OR_RETURN(TensorView v, ckpt.ExpertTensor(e.name, x));
+        TANDEM_ASSIGN_OR_RETURN(TensorView v, ckpt.DescribeExpertTensor(e.name, x));
         TANDEM_RETURN_IF_ERROR(CheckOne(ckpt, e, x, v, describe));
       }
     } else {
-      TANDEM_ASSIGN_OR_RETURN(TensorView v, ckpt.Tensor(e.name));
+      TANDEM_ASSIGN_OR_RETURN(TensorView v, ckpt.DescribeTensor(e.name));
       TANDEM_RETURN_IF_ERROR(CheckOne(ckpt, e, -1, v, describe));
     }
   }

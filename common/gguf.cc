@@ -407,20 +407,30 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
     info.shape.assign(ne.rbegin(), ne.rend());
     TANDEM_ASSIGN_OR_RETURN(uint32_t ggml_type, r.Read<uint32_t>(absl::StrCat("type of ", tname)));
     const std::optional<DType> dt = DTypeFromGgmlType(ggml_type);
-    if (!dt) {
-      return absl::UnimplementedError(
-          absl::StrCat(path, ": ", tname, " has unsupported ggml type id ", ggml_type, " (",
-                       GgmlTypeName(ggml_type), "); supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1"));
+    info.converted = ConvertedQuantFromGgmlType(ggml_type);
+    if (!dt && !info.converted) {
+      return absl::UnimplementedError(absl::StrCat(
+          path, ": ", tname, " has unsupported ggml type id ", ggml_type, " (",
+          GgmlTypeName(ggml_type),
+          "); supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, and (converted at load) Q2_K, Q3_K, "
+          "Q4_K, Q5_K, Q6_K, Q5_0, Q5_1, IQ4_NL"));
     }
-    info.dtype = *dt;
-    if (DTypeIsQuantized(info.dtype) && ne[0] % DTypeBlockElems(info.dtype) != 0) {
-      return r.Error(absl::StrCat(tname, " (", std::string(DTypeName(info.dtype)), "): row length ",
-                                  ne[0], " is not a multiple of ", DTypeBlockElems(info.dtype)));
+    info.dtype = dt ? *dt : ConvertedQuantComputeType(*info.converted);
+    const int64_t block =
+        info.converted ? ConvertedQuantBlockElems(*info.converted) : DTypeBlockElems(info.dtype);
+    if ((info.converted || DTypeIsQuantized(info.dtype)) && ne[0] % block != 0) {
+      return r.Error(absl::StrCat(tname, " (", GgmlTypeName(ggml_type), "): row length ", ne[0],
+                                  " is not a multiple of ", block));
     }
     if (numel > std::numeric_limits<int64_t>::max() / 64) {
       return r.Error(absl::StrCat(tname, " has an absurd element count ", numel));
     }
-    TANDEM_ASSIGN_OR_RETURN(info.nbytes, DTypeBytes(info.dtype, numel));
+    if (info.converted) {
+      info.nbytes = numel / ConvertedQuantBlockElems(*info.converted) *
+                    ConvertedQuantBlockBytes(*info.converted);
+    } else {
+      TANDEM_ASSIGN_OR_RETURN(info.nbytes, DTypeBytes(info.dtype, numel));
+    }
     TANDEM_ASSIGN_OR_RETURN(info.offset, r.Read<uint64_t>(absl::StrCat("offset of ", tname)));
     if (info.offset % f->alignment_ != 0) {
       return r.Error(absl::StrCat(tname, " has offset ", info.offset,
@@ -521,9 +531,18 @@ TensorView GgufFile::View(const GgufTensorInfo& info) const {
   v.name = info.name;
   v.dtype = info.dtype;
   v.shape = info.shape;
+  if (info.converted) {
+    // A whole number of blocks (checked at open), so DTypeBytes cannot fail.
+    v.nbytes = DTypeBytes(info.dtype, v.numel()).value_or(0);
+    return v;
+  }
   v.nbytes = info.nbytes;
-  v.data = (data_ == nullptr || info.nbytes == 0) ? data_ : data_ + info.offset;
+  v.data = StoredData(info);
   return v;
+}
+
+const uint8_t* GgufFile::StoredData(const GgufTensorInfo& info) const {
+  return (data_ == nullptr || info.nbytes == 0) ? data_ : data_ + info.offset;
 }
 
 }  // namespace tandem

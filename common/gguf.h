@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/converted_quant.h"
 #include "common/mapped_file.h"
 #include "common/tensor.h"
 
@@ -58,9 +59,12 @@ std::string GgmlTypeName(uint32_t ggml_type);
 struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> shape;  // outermost-first (reversed from GGUF's ne[])
+  // The type Tandem computes in: the stored type, or for the formats it converts (the
+  // k-quants, Q5_0, Q5_1, IQ4_NL) the type they become (ConvertedQuantComputeType).
   DType dtype = DType::kF32;
+  std::optional<ConvertedQuant> converted;  // set when the file stores a type Tandem converts
   uint64_t offset = 0;  // relative to the start of the data section
-  int64_t nbytes = 0;
+  int64_t nbytes = 0;   // bytes stored in the file
 };
 
 class GgufFile {
@@ -85,8 +89,12 @@ class GgufFile {
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* FindTensor(std::string_view name) const;
-  // A view of the tensor's bytes inside the mapping.
+  // A view of the tensor's bytes inside the mapping. For a converted tensor only the
+  // description (dtype, shape and nbytes after conversion) is filled in, with `data`
+  // null: GgufCheckpoint converts the bytes (StoredData) when they are used.
   TensorView View(const GgufTensorInfo& info) const;
+  // The tensor's bytes as stored (info.nbytes of them).
+  const uint8_t* StoredData(const GgufTensorInfo& info) const;
 
  private:
   GgufFile() = default;

@@ -255,6 +255,52 @@ absl::Status GgufCheckpoint::CheckExpertStacks() const {
 }
 
 absl::StatusOr<TensorView> GgufCheckpoint::Tensor(std::string_view name) const {
+  return TensorImpl(name, /*with_data=*/true);
+}
+
+absl::StatusOr<TensorView> GgufCheckpoint::DescribeTensor(std::string_view name) const {
+  return TensorImpl(name, /*with_data=*/false);
+}
+
+absl::StatusOr<TensorView> GgufCheckpoint::ExpertTensor(std::string_view base,
+                                                        int64_t expert) const {
+  return ExpertTensorImpl(base, expert, /*with_data=*/true);
+}
+
+absl::StatusOr<TensorView> GgufCheckpoint::DescribeExpertTensor(std::string_view base,
+                                                                int64_t expert) const {
+  return ExpertTensorImpl(base, expert, /*with_data=*/false);
+}
+
+absl::StatusOr<const void*> GgufCheckpoint::Data(const GgufTensorInfo& info) const {
+  if (!info.converted) return static_cast<const void*>(file_->StoredData(info));
+  absl::MutexLock lock(&mu_);
+  if (auto it = converted_.find(info.name); it != converted_.end()) {
+    return static_cast<const void*>(it->second.get());
+  }
+  const TensorView view = file_->View(info);
+  // 64-byte aligned, as the kernels' loads prefer; aligned_alloc wants a multiple.
+  const size_t size = (static_cast<size_t>(view.nbytes) + 63) / 64 * 64;
+  std::unique_ptr<uint8_t, FreeDeleter> buf(
+      static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(size, 64))));
+  if (buf == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path(), ": no memory for the ", view.nbytes, " bytes of tensor '", info.name,
+                     "' converted to ", std::string(DTypeName(info.dtype))));
+  }
+  if (absl::Status st =
+          ConvertQuantBlocks(*info.converted, file_->StoredData(info), view.numel(), buf.get());
+      !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path(), ": tensor '", info.name, "' (",
+                                                   std::string(ConvertedQuantName(*info.converted)),
+                                                   "): ", std::string(st.message())));
+  }
+  const void* data = buf.get();
+  converted_.emplace(info.name, std::move(buf));
+  return data;
+}
+
+absl::StatusOr<TensorView> GgufCheckpoint::TensorImpl(std::string_view name, bool with_data) const {
   const GgufTensorInfo* info = file_->FindTensor(name);
   if (info == nullptr) {
     const bool tied = name == "output.weight" && config_.tie_word_embeddings;
@@ -263,6 +309,9 @@ absl::StatusOr<TensorView> GgufCheckpoint::Tensor(std::string_view name) const {
                      tied ? " (embeddings are tied: use token_embd.weight)" : ""));
   }
   TensorView v = file_->View(*info);
+  if (with_data) {
+    TANDEM_ASSIGN_OR_RETURN(v.data, Data(*info));
+  }
   // llama.cpp stores the shared-expert gate as a vector; expose it as [1, hidden].
   if (EndsWith(name, "ffn_gate_inp_shexp.weight") && v.rank() == 1) v.shape = {1, v.shape[0]};
   return v;
@@ -272,8 +321,8 @@ bool GgufCheckpoint::HasTensor(std::string_view name) const {
   return file_->FindTensor(name) != nullptr;
 }
 
-absl::StatusOr<TensorView> GgufCheckpoint::ExpertTensor(std::string_view base_in,
-                                                        int64_t expert) const {
+absl::StatusOr<TensorView> GgufCheckpoint::ExpertTensorImpl(std::string_view base_in,
+                                                            int64_t expert, bool with_data) const {
   std::string base(base_in);
   if (EndsWith(base, ".weight")) base.resize(base.size() - 7);
   if (expert < 0 || expert >= config_.num_experts) {
@@ -289,20 +338,21 @@ absl::StatusOr<TensorView> GgufCheckpoint::ExpertTensor(std::string_view base_in
                        " experts (shape ", ShapeString(info->shape), ")"));
     }
     // A slice is whole rows, so whole quantization blocks.
-    const int64_t per = info->nbytes / info->shape[0];
     TensorView v = file_->View(*info);
+    const int64_t per = v.nbytes / info->shape[0];
     v.name = absl::StrCat(stacked, "[", expert, "]");
     v.shape = {info->shape[1], info->shape[2]};
     v.nbytes = per;
-    v.data = static_cast<const uint8_t*>(v.data) + expert * per;
+    if (with_data) {
+      TANDEM_ASSIGN_OR_RETURN(const void* data, Data(*info));
+      v.data = static_cast<const uint8_t*>(data) + expert * per;
+    }
     return v;
   }
   if (EndsWith(base, "_exps")) {
     const std::string legacy =
         absl::StrCat(base.substr(0, base.size() - 5), ".", expert, ".weight");
-    if (const GgufTensorInfo* info = file_->FindTensor(legacy); info != nullptr) {
-      return file_->View(*info);
-    }
+    if (file_->FindTensor(legacy) != nullptr) return TensorImpl(legacy, with_data);
   }
   return absl::NotFoundError(
       absl::StrCat(path(), ": missing tensor '", stacked, "' (expert ", expert, ")"));

@@ -3,11 +3,16 @@
 #ifndef TANDEM_COMMON_GGUF_CHECKPOINT_H_
 #define TANDEM_COMMON_GGUF_CHECKPOINT_H_
 
+#include <cstdint>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/checkpoint.h"
 #include "common/gguf.h"
 
@@ -32,15 +37,31 @@ class GgufCheckpoint : public Checkpoint {
   // Slices the 3-D blk.N.ffn_*_exps.weight tensor; falls back to the legacy
   // per-expert layout blk.N.ffn_{gate,up,down}.E.weight.
   absl::StatusOr<TensorView> ExpertTensor(std::string_view base, int64_t expert) const override;
+  absl::StatusOr<TensorView> DescribeTensor(std::string_view name) const override;
+  absl::StatusOr<TensorView> DescribeExpertTensor(std::string_view base,
+                                                  int64_t expert) const override;
   const GgufFile* gguf() const override { return file_.get(); }
 
  private:
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+
   GgufCheckpoint() = default;
   absl::Status CheckExpertStacks() const;
+  absl::StatusOr<TensorView> TensorImpl(std::string_view name, bool with_data) const;
+  absl::StatusOr<TensorView> ExpertTensorImpl(std::string_view base, int64_t expert,
+                                              bool with_data) const;
+  // The tensor's bytes in its compute dtype: the mapping, or for a converted type its
+  // conversion, made on the first call and kept for the checkpoint's life.
+  absl::StatusOr<const void*> Data(const GgufTensorInfo& info) const;
 
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
   GenerationDefaults generation_;
+  mutable absl::Mutex mu_;
+  mutable std::map<std::string, std::unique_ptr<uint8_t, FreeDeleter>, std::less<>> converted_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tandem

@@ -198,6 +198,45 @@ TEST_F(GgufTest, ZeroTensorsAndNoMetadataIsValid) {
   EXPECT_TRUE((*f)->metadata().empty());
 }
 
+// A tensor in a format Tandem converts is described in the type it converts to; its
+// stored bytes are the blocks' (GgufCheckpoint converts them: converted_quant_test.cc
+// and the engine tests).
+TEST_F(GgufTest, ConvertedTensorsAreDescribedInTheirComputeType) {
+  using namespace tandem::testing;  // NOLINT
+  TestTensor q4k{"q4k", DType::kQ4_1, {3, 512}, std::string(3 * 2 * 144, '\0')};
+  TestTensor q6k{"q6k", DType::kQ8_0, {2, 256}, std::string(2 * 210, '\0')};
+  TestTensor q50{"q5_0", DType::kQ8_0, {2, 64}, std::string(2 * 2 * 22, '\0')};
+  TestTensor plain = TestTensor::FromF32("plain", {32}, RandomValues(32, 1));
+  GgufWriteOptions o;
+  o.type_overrides["q4k"] = 12;
+  o.type_overrides["q6k"] = 14;
+  o.type_overrides["q5_0"] = 6;
+  auto f = GgufFile::Open(Write(SerializeGguf({}, {q4k, q6k, q50, plain}, o)));
+  ASSERT_TRUE(f.ok()) << f.status();
+  const GgufTensorInfo* a = (*f)->FindTensor("q4k");
+  const GgufTensorInfo* b = (*f)->FindTensor("q6k");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(a->converted, ConvertedQuant::kQ4_K);
+  EXPECT_EQ(a->dtype, DType::kQ4_1);
+  EXPECT_EQ(a->nbytes, 3 * 2 * 144);
+  EXPECT_EQ(b->converted, ConvertedQuant::kQ6_K);
+  EXPECT_EQ(b->dtype, DType::kQ8_0);
+  EXPECT_EQ(b->nbytes, 2 * 210);
+  const TensorView va = (*f)->View(*a);
+  EXPECT_EQ(va.data, nullptr);
+  EXPECT_EQ(va.nbytes, 3 * 16 * 20);  // 16 Q4_1 blocks a row
+  EXPECT_EQ((*f)->View(*b).nbytes, 2 * 8 * 34);
+  EXPECT_EQ((*f)->StoredData(*b), (*f)->StoredData(*a) + 3 * 2 * 144);
+  const GgufTensorInfo* c = (*f)->FindTensor("q5_0");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->converted, ConvertedQuant::kQ5_0);
+  EXPECT_EQ(c->nbytes, 2 * 2 * 22);
+  EXPECT_EQ((*f)->View(*c).nbytes, 2 * 2 * 34);
+  EXPECT_EQ((*f)->FindTensor("plain")->converted, std::nullopt);
+  EXPECT_NE((*f)->View(*(*f)->FindTensor("plain")).data, nullptr);
+}
+
 TEST_F(GgufTest, StructuralErrorsNameTheFile) {
   using namespace tandem::testing;  // NOLINT
   struct Case {
@@ -218,6 +257,8 @@ TEST_F(GgufTest, StructuralErrorsNameTheFile) {
   misaligned.offset_overrides["b"] = 130;
   GgufWriteOptions q4k;
   q4k.type_overrides["b"] = 12;
+  GgufWriteOptions iq2;
+  iq2.type_overrides["b"] = 16;
   GgufWriteOptions unknown_type;
   unknown_type.type_overrides["b"] = 1000;
   std::string bad_dims =
@@ -235,8 +276,10 @@ TEST_F(GgufTest, StructuralErrorsNameTheFile) {
        "runs past the end"},
       {"misaligned", SerializeGguf({}, two, misaligned), absl::StatusCode::kInvalidArgument,
        "alignment"},
-      {"Q4_K", SerializeGguf({}, two, q4k), absl::StatusCode::kUnimplemented,
-       "tensor 'b' has unsupported ggml type id 12 (Q4_K)"},
+      {"IQ2_XXS", SerializeGguf({}, two, iq2), absl::StatusCode::kUnimplemented,
+       "tensor 'b' has unsupported ggml type id 16 (IQ2_XXS)"},
+      {"Q4_K row of 32", SerializeGguf({}, two, q4k), absl::StatusCode::kInvalidArgument,
+       "tensor 'b' (Q4_K): row length 32 is not a multiple of 256"},
       {"unknown type", SerializeGguf({}, two, unknown_type), absl::StatusCode::kUnimplemented,
        "type id 1000"},
       {"five dims", bad_dims, absl::StatusCode::kInvalidArgument, "5 dimensions"},

@@ -52,8 +52,8 @@ absl::StatusOr<ModelCosts> ComputeModelCosts(const Checkpoint& ckpt, const Model
   for (const ExpectedTensor& e : ExpectedTensors(cfg)) {
     const int64_t copies = e.expert ? cfg.num_experts : 1;
     for (int64_t x = 0; x < copies; ++x) {
-      TANDEM_ASSIGN_OR_RETURN(TensorView v,
-                              e.expert ? ckpt.ExpertTensor(e.name, x) : ckpt.Tensor(e.name));
+      TANDEM_ASSIGN_OR_RETURN(TensorView v, e.expert ? ckpt.DescribeExpertTensor(e.name, x)
+                                                     : ckpt.DescribeTensor(e.name));
       c.total_params += v.numel();
       TANDEM_ASSIGN_OR_RETURN(const int64_t nb, DTypeBytes(v.dtype, v.numel()));
       c.total_weight_bytes += nb;
