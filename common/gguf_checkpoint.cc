@@ -239,6 +239,12 @@ absl::StatusOr<std::unique_ptr<GgufCheckpoint>> GgufCheckpoint::Open(const std::
   TANDEM_ASSIGN_OR_RETURN(c->config_, ModelConfigFromGguf(*c->file_));
   TANDEM_RETURN_IF_ERROR(c->CheckExpertStacks());
   TANDEM_RETURN_IF_ERROR(ValidateCheckpointTensors(*c, nullptr));
+  for (const GgufTensorInfo& t : c->file_->tensors()) {
+    if (t.converted) {
+      c->cache_ = ConvertedCache::ForModel(path);
+      break;
+    }
+  }
   return c;
 }
 
@@ -275,28 +281,42 @@ absl::StatusOr<TensorView> GgufCheckpoint::DescribeExpertTensor(std::string_view
 absl::StatusOr<const void*> GgufCheckpoint::Data(const GgufTensorInfo& info) const {
   if (!info.converted) return static_cast<const void*>(file_->StoredData(info));
   absl::MutexLock lock(&mu_);
-  if (auto it = converted_.find(info.name); it != converted_.end()) {
-    return static_cast<const void*>(it->second.get());
-  }
+  if (auto it = converted_.find(info.name); it != converted_.end()) return it->second.data;
   const TensorView view = file_->View(info);
-  // 64-byte aligned, as the kernels' loads prefer; aligned_alloc wants a multiple.
-  const size_t size = (static_cast<size_t>(view.nbytes) + 63) / 64 * 64;
-  std::unique_ptr<uint8_t, FreeDeleter> buf(
-      static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(size, 64))));
-  if (buf == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(path(), ": no memory for the ", view.nbytes, " bytes of tensor '", info.name,
-                     "' converted to ", std::string(DTypeName(info.dtype))));
+  const ConvertedCache::Entry entry{info.name, static_cast<uint32_t>(*info.converted), info.dtype,
+                                    view.nbytes};
+  Converted c;
+  if (cache_ != nullptr) c.mapped = cache_->Find(entry);
+  if (c.mapped == nullptr) {
+    // 64-byte aligned, as the kernels' loads prefer; aligned_alloc wants a multiple.
+    const size_t size = (static_cast<size_t>(view.nbytes) + 63) / 64 * 64;
+    c.heap.reset(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(size, 64))));
+    if (c.heap == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(path(), ": no memory for the ", view.nbytes, " bytes of tensor '", info.name,
+                       "' converted to ", std::string(DTypeName(info.dtype))));
+    }
+    if (absl::Status st = ConvertQuantBlocks(*info.converted, file_->StoredData(info), view.numel(),
+                                             c.heap.get());
+        !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path(), ": tensor '", info.name, "' (", std::string(ConvertedQuantName(*info.converted)),
+          "): ", std::string(st.message())));
+    }
+    // Stored, the pages are the page cache's to share and reclaim; where the cache
+    // cannot take it (a full disk), the conversion stays in process memory.
+    if (cache_ != nullptr) {
+      if (auto m = cache_->Store(entry, c.heap.get()); m.ok()) {
+        c.mapped = std::move(*m);
+        c.heap.reset();
+      }
+    }
   }
-  if (absl::Status st =
-          ConvertQuantBlocks(*info.converted, file_->StoredData(info), view.numel(), buf.get());
-      !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path(), ": tensor '", info.name, "' (",
-                                                   std::string(ConvertedQuantName(*info.converted)),
-                                                   "): ", std::string(st.message())));
-  }
-  const void* data = buf.get();
-  converted_.emplace(info.name, std::move(buf));
+  c.data = c.mapped != nullptr
+               ? static_cast<const void*>(c.mapped->data() + ConvertedCache::kHeaderBytes)
+               : static_cast<const void*>(c.heap.get());
+  const void* data = c.data;
+  converted_.emplace(info.name, std::move(c));
   return data;
 }
 

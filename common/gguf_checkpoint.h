@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/checkpoint.h"
+#include "common/converted_cache.h"
 #include "common/gguf.h"
 
 namespace tandem {
@@ -53,15 +54,24 @@ class GgufCheckpoint : public Checkpoint {
   absl::StatusOr<TensorView> ExpertTensorImpl(std::string_view base, int64_t expert,
                                               bool with_data) const;
   // The tensor's bytes in its compute dtype: the mapping, or for a converted type its
-  // conversion, made on the first call and kept for the checkpoint's life.
+  // conversion, made on the first call (or found in the on-disk cache) and kept for the
+  // checkpoint's life.
   absl::StatusOr<const void*> Data(const GgufTensorInfo& info) const;
 
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
   GenerationDefaults generation_;
+  // A converted tensor: mapped from the on-disk cache, or in process memory where the
+  // cache is off or could not store it.
+  struct Converted {
+    std::unique_ptr<MappedFile> mapped;
+    std::unique_ptr<uint8_t, FreeDeleter> heap;
+    const void* data = nullptr;
+  };
+
+  std::unique_ptr<ConvertedCache> cache_;  // null: off, or no file holds a converted type
   mutable absl::Mutex mu_;
-  mutable std::map<std::string, std::unique_ptr<uint8_t, FreeDeleter>, std::less<>> converted_
-      ABSL_GUARDED_BY(mu_);
+  mutable std::map<std::string, Converted, std::less<>> converted_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tandem

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/cache_dir.h"
 #include "common/status_macros.h"
 
 namespace tandem {
@@ -318,14 +319,7 @@ absl::Status SaveHardwareProfile(const HardwareProfile& p, const std::string& pa
 }
 
 std::string MachineProfileCachePath(std::string_view kind) {
-  std::string dir;
-  if (const char* d = std::getenv("TANDEM_CACHE_DIR"); d != nullptr && *d != '\0') {
-    dir = d;
-  } else if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
-    dir = absl::StrCat(h, "/.cache/tandem");
-  } else {
-    dir = "/tmp/tandem-cache";
-  }
+  const std::string dir = TandemCacheDir();
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::snprintf(host, 8, "host");
   std::string cpu_model;

@@ -110,7 +110,12 @@ TEST(SmolLM2KQuant, ConvertedTensorsKeepTheModelsPredictions) {
   EXPECT_GT(counts[1], 0);
   EXPECT_GT(counts[2], 0);
 
+  // The conversions go to a cache of the test's own (common/converted_cache.h), removed
+  // with it.
   const std::string dir = testing::MakeTempDir("smollm2_kquant");
+  const char* cache_before = std::getenv("TANDEM_CACHE_DIR");
+  const std::string saved = cache_before != nullptr ? cache_before : "";
+  setenv("TANDEM_CACHE_DIR", (dir + "/cache").c_str(), 1);
   const std::string kpath = dir + "/q4_k_m.gguf", fpath = dir + "/exact_f32.gguf";
   ASSERT_TRUE(testing::WriteGguf(kpath, meta, stored, types).ok());
   ASSERT_TRUE(testing::WriteGguf(fpath, meta, exact).ok());
@@ -123,6 +128,11 @@ TEST(SmolLM2KQuant, ConvertedTensorsKeepTheModelsPredictions) {
   auto k = Score(kpath, ids);
   auto f = Score(fpath, ids);
   testing::RemoveTree(dir);
+  if (cache_before != nullptr) {
+    setenv("TANDEM_CACHE_DIR", saved.c_str(), 1);
+  } else {
+    unsetenv("TANDEM_CACHE_DIR");
+  }
   ASSERT_TRUE(k.ok()) << k.status();
   ASSERT_TRUE(f.ok()) << f.status();
   size_t same = 0;
