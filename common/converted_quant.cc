@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -224,9 +225,10 @@ bool FitsF16(float x) { return std::isfinite(x) && std::fabs(x) < 65504.0f; }
 // Q4_K's sub-blocks are Q4_1 blocks with f32 scales: round those to f16 and repack
 // the nibbles (Q4_K keeps sub-block 2c in the low nibbles of qs[32c..32c+31] and 2c+1
 // in the high ones; Q4_1 keeps element i in the low nibble of qs[i], i + 16 in the high).
-absl::Status ConvertQ4_K(const BlockQ4_K* src, int64_t n_blocks, BlockQ4_1* dst) {
-  for (int64_t k = 0; k < n_blocks; ++k) {
-    const BlockQ4_K& b = src[k];
+absl::Status ConvertQ4_K(const uint8_t* src, int64_t first, int64_t last, BlockQ4_1* dst) {
+  for (int64_t k = first; k < last; ++k) {
+    BlockQ4_K b;  // copied out: the mapping's blocks need not be aligned
+    std::memcpy(&b, src + k * static_cast<int64_t>(sizeof b), sizeof b);
     const float d = F16ToF32(b.d), min = F16ToF32(b.dmin);
     for (int j = 0; j < 8; ++j) {
       uint8_t sc, m;
@@ -395,19 +397,18 @@ void DequantizeConverted(ConvertedQuant t, const void* src, int64_t n, float* ds
   }
 }
 
-absl::Status ConvertQuantBlocks(ConvertedQuant t, const void* src, int64_t n, void* dst) {
-  const int64_t per = ConvertedQuantBlockElems(t);
-  const int64_t n_blocks = n / per;
-  const auto* bytes = static_cast<const uint8_t*>(src);
+namespace {
+
+// Blocks [first, last) of the tensor; errors name blocks by their index in it.
+absl::Status ConvertRange(ConvertedQuant t, const uint8_t* bytes, int64_t first, int64_t last,
+                          uint8_t* dst) {
   if (t == ConvertedQuant::kQ4_K) {
-    std::vector<BlockQ4_K> blocks(static_cast<size_t>(n_blocks));
-    std::memcpy(blocks.data(), src, blocks.size() * sizeof(BlockQ4_K));
-    return ConvertQ4_K(blocks.data(), n_blocks, static_cast<BlockQ4_1*>(dst));
+    return ConvertQ4_K(bytes, first, last, reinterpret_cast<BlockQ4_1*>(dst));
   }
+  auto* out = reinterpret_cast<BlockQ8_0*>(dst);
   if (t == ConvertedQuant::kQ5_0 || t == ConvertedQuant::kIQ4_NL) {
     // The target keeps the stored f16 scale as it is; only a non-finite one is refused.
-    auto* out = static_cast<BlockQ8_0*>(dst);
-    for (int64_t k = 0; k < n_blocks; ++k) {
+    for (int64_t k = first; k < last; ++k) {
       ExactQ8_0(t, bytes, k, &out[k]);
       if (const float d = F16ToF32(out[k].d); !std::isfinite(d)) {
         return absl::InvalidArgumentError(
@@ -417,9 +418,9 @@ absl::Status ConvertQuantBlocks(ConvertedQuant t, const void* src, int64_t n, vo
     return absl::OkStatus();
   }
   // Through f32, one block at a time.
-  auto* out = static_cast<uint8_t*>(dst);
+  const int64_t per = ConvertedQuantBlockElems(t);
   float values[256];
-  for (int64_t k = 0; k < n_blocks; ++k) {
+  for (int64_t k = first; k < last; ++k) {
     DequantizeConverted(t, bytes + k * ConvertedQuantBlockBytes(t), per, values);
     float amax = 0;
     bool finite = true;
@@ -433,7 +434,36 @@ absl::Status ConvertQuantBlocks(ConvertedQuant t, const void* src, int64_t n, vo
                        finite ? absl::StrCat("values up to ", amax) : "a value that is not finite",
                        ", which Q8_0's f16 scales cannot hold"));
     }
-    QuantizeFromF32(DType::kQ8_0, values, per, out + k * (per / 32) * sizeof(BlockQ8_0));
+    QuantizeFromF32(DType::kQ8_0, values, per, out + k * (per / 32));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ConvertQuantBlocks(ConvertedQuant t, const void* src, int64_t n, void* dst,
+                                int threads) {
+  const int64_t n_blocks = n / ConvertedQuantBlockElems(t);
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  // Whole blocks per thread, and enough of them (1M elements) to be worth a thread.
+  const int64_t per_thread = (1 << 20) / ConvertedQuantBlockElems(t);
+  const int use = static_cast<int>(
+      std::clamp<int64_t>(std::min<int64_t>(threads, n_blocks / per_thread), 1, 256));
+  if (use == 1) return ConvertRange(t, bytes, 0, n_blocks, out);
+  std::vector<absl::Status> status(static_cast<size_t>(use));
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(use));
+  for (int i = 0; i < use; ++i) {
+    pool.emplace_back([&, i] {
+      status[static_cast<size_t>(i)] =
+          ConvertRange(t, bytes, n_blocks * i / use, n_blocks * (i + 1) / use, out);
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  // The first failing range holds the first bad block.
+  for (const absl::Status& st : status) {
+    if (!st.ok()) return st;
   }
   return absl::OkStatus();
 }

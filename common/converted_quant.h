@@ -64,10 +64,12 @@ DType ConvertedQuantComputeType(ConvertedQuant t);
 void DequantizeConverted(ConvertedQuant t, const void* src, int64_t n, float* dst);
 
 // Converts `n` elements (a whole number of blocks) to ConvertedQuantComputeType(t)
-// blocks at `dst` (DTypeBytes(ConvertedQuantComputeType(t), n) bytes). InvalidArgument,
-// naming the block, when a value or scale is not finite or does not fit the target's
-// f16 scales.
-absl::Status ConvertQuantBlocks(ConvertedQuant t, const void* src, int64_t n, void* dst);
+// blocks at `dst` (DTypeBytes(ConvertedQuantComputeType(t), n) bytes), on up to
+// `threads` threads (one per 1M elements at most). InvalidArgument, naming the first
+// bad block, when a value or scale is not finite or does not fit the target's f16
+// scales.
+absl::Status ConvertQuantBlocks(ConvertedQuant t, const void* src, int64_t n, void* dst,
+                                int threads = 1);
 
 }  // namespace tandem
 

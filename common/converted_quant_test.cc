@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/quant.h"
 #include "common/testing/quant_blocks.h"
 #include "gtest/gtest.h"
@@ -228,6 +229,32 @@ TEST(ConvertedQuant, TestQuantizersRoundTrip) {
         }
       }
     }
+  }
+}
+
+// Split over threads, a conversion writes the same bytes, and an error names the first
+// bad block of the tensor, not of a thread's share.
+TEST(ConvertedQuant, ThreadsWriteTheSameBlocksAndReportTheFirstBadOne) {
+  const uint32_t seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  const int64_t n = 4 << 20;  // four threads' worth
+  for (ConvertedQuant t : {ConvertedQuant::kQ4_K, ConvertedQuant::kQ6_K, ConvertedQuant::kQ5_0}) {
+    const int64_t n_blocks = n / ConvertedQuantBlockElems(t);
+    std::vector<uint8_t> blocks = testing::RandomQuantBlocks(t, n_blocks, 1e-4f, 1e-2f, rng);
+    const size_t out_bytes =
+        static_cast<size_t>(DTypeBytes(ConvertedQuantComputeType(t), n).value());
+    std::vector<uint8_t> one(out_bytes), four(out_bytes);
+    ASSERT_TRUE(ConvertQuantBlocks(t, blocks.data(), n, one.data(), 1).ok());
+    ASSERT_TRUE(ConvertQuantBlocks(t, blocks.data(), n, four.data(), 4).ok());
+    EXPECT_TRUE(one == four) << ConvertedQuantName(t) << " seed " << seed;
+    // Bad blocks in the third and fourth shares: the third's is reported.
+    const int64_t bad = n_blocks * 5 / 8, later = n_blocks * 7 / 8;
+    for (int64_t k : {later, bad}) {
+      PutF16At(blocks.data() + k * ConvertedQuantBlockBytes(t) + ScaleOffsets(t).first, INFINITY);
+    }
+    const absl::Status st = ConvertQuantBlocks(t, blocks.data(), n, four.data(), 4);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find(absl::StrCat("block ", bad)), std::string::npos) << st.message();
   }
 }
 
