@@ -60,6 +60,13 @@ struct BlockIQ4_NL {
   uint16_t d;
   uint8_t qs[16];  // indices into kIq4nlValues, laid out as Q4_0's nibbles
 };
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;    // sub-block ib's scale: high 2 bits at bit 2 ib
+  uint8_t scales_l[4];  // low 4 bits: nibble ib % 2 of byte ib / 2
+  uint8_t qs[128];      // per 32-element sub-block, 16 bytes laid out as IQ4_NL's
+};
+static_assert(sizeof(BlockIQ4_XS) == 136);
 static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockIQ4_NL) == 18);
@@ -103,6 +110,25 @@ void DequantIQ4_NL(const BlockIQ4_NL& b, float* y) {
   for (int j = 0; j < 16; ++j) {
     y[j] = d * kIq4nlValues[b.qs[j] & 0xF];
     y[j + 16] = d * kIq4nlValues[b.qs[j] >> 4];
+  }
+}
+
+// Sub-block ib's signed 6-bit scale of IQ4_XS.
+int Iq4xsScale(const BlockIQ4_XS& b, int ib) {
+  const int ls =
+      ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4);
+  return ls - 32;
+}
+
+void DequantIQ4_XS(const BlockIQ4_XS& b, float* y) {
+  const float d = F16ToF32(b.d);
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const float dl = d * Iq4xsScale(b, ib);
+    const uint8_t* qs = b.qs + 16 * ib;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = dl * kIq4nlValues[qs[j] & 0xF];
+      y[j + 16] = dl * kIq4nlValues[qs[j] >> 4];
+    }
   }
 }
 
@@ -265,6 +291,7 @@ std::optional<ConvertedQuant> ConvertedQuantFromGgmlType(uint32_t ggml_type) {
     case 13:
     case 14:
     case 20:
+    case 23:
       return static_cast<ConvertedQuant>(ggml_type);
     default:
       return std::nullopt;
@@ -289,6 +316,8 @@ std::string_view ConvertedQuantName(ConvertedQuant t) {
       return "Q6_K";
     case ConvertedQuant::kIQ4_NL:
       return "IQ4_NL";
+    case ConvertedQuant::kIQ4_XS:
+      return "IQ4_XS";
   }
   return "?";
 }
@@ -322,6 +351,8 @@ int64_t ConvertedQuantBlockBytes(ConvertedQuant t) {
       return sizeof(BlockQ6_K);
     case ConvertedQuant::kIQ4_NL:
       return sizeof(BlockIQ4_NL);
+    case ConvertedQuant::kIQ4_XS:
+      return sizeof(BlockIQ4_XS);
   }
   return 0;
 }
@@ -393,6 +424,9 @@ void DequantizeConverted(ConvertedQuant t, const void* src, int64_t n, float* ds
       case ConvertedQuant::kIQ4_NL:
         DequantBlock<BlockIQ4_NL>(bytes, k, DequantIQ4_NL, dst);
         break;
+      case ConvertedQuant::kIQ4_XS:
+        DequantBlock<BlockIQ4_XS>(bytes, k, DequantIQ4_XS, dst);
+        break;
     }
   }
 }
@@ -406,6 +440,30 @@ absl::Status ConvertRange(ConvertedQuant t, const uint8_t* bytes, int64_t first,
     return ConvertQ4_K(bytes, first, last, reinterpret_cast<BlockQ4_1*>(dst));
   }
   auto* out = reinterpret_cast<BlockQ8_0*>(dst);
+  if (t == ConvertedQuant::kIQ4_XS) {
+    // Each 32-element sub-block is an IQ4_NL block whose scale d * (ls - 32) is
+    // rounded to f16.
+    for (int64_t k = first; k < last; ++k) {
+      BlockIQ4_XS b;
+      std::memcpy(&b, bytes + k * static_cast<int64_t>(sizeof b), sizeof b);
+      const float d = F16ToF32(b.d);
+      for (int ib = 0; ib < 8; ++ib) {
+        const float dl = d * Iq4xsScale(b, ib);
+        if (!FitsF16(dl)) {
+          return absl::InvalidArgumentError(absl::StrCat("IQ4_XS block ", k, ": sub-block ", ib,
+                                                         " has scale ", dl,
+                                                         ", which f16 cannot hold"));
+        }
+        BlockQ8_0& o = out[k * 8 + ib];
+        o.d = F32ToF16(dl);
+        for (int j = 0; j < 16; ++j) {
+          o.qs[j] = kIq4nlValues[b.qs[16 * ib + j] & 0xF];
+          o.qs[j + 16] = kIq4nlValues[b.qs[16 * ib + j] >> 4];
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
   if (t == ConvertedQuant::kQ5_0 || t == ConvertedQuant::kIQ4_NL) {
     // The target keeps the stored f16 scale as it is; only a non-finite one is refused.
     for (int64_t k = first; k < last; ++k) {

@@ -1,7 +1,8 @@
 // GGUF block formats that Tandem converts when it loads them: the k-quants (ggml types
 // Q2_K .. Q6_K: superblocks of 256 elements with 16- or 32-element sub-blocks, each with
 // its own 4-, 6- or 8-bit scale and min under an f16 super-scale), which most published
-// GGUF files (Q4_K_M, Q5_K_M, ...) are made of, and the 32-element Q5_0, Q5_1 and
+// GGUF files (Q4_K_M, Q5_K_M, ...) are made of; IQ4_XS (superblocks of IQ4_NL's
+// non-linear 4-bit grid with 6-bit sub-block scales); and the 32-element Q5_0, Q5_1 and
 // IQ4_NL, which llama.cpp writes in their place for tensors whose rows are not whole
 // superblocks (widths such as 576 or 896).
 //
@@ -15,6 +16,9 @@
 //                 dmin*m rounded to f16. Per weight, |error| <= 15 e(scale) + e(min),
 //                 e(x) = max(|x| 2^-11, 2^-25) (f16's half ulp). 5.0 bits a weight
 //                 against 4.5.
+//   IQ4_XS -> Q8_0: the grid's int8 values, each sub-block's scale d * (ls - 32)
+//                 rounded to f16: |error| <= 127 e(scale). 8.5 bits a weight against
+//                 4.25.
 //   Q2_K, Q3_K, Q5_K, Q6_K, Q5_1 -> Q8_0: dequantized, then requantized by blocks of 32
 //                 as ggml's quantize_row_q8_0_ref does: |error| <= s/2 + 127 e(s) per
 //                 weight, s = amax / 127 (amax the block's largest |value|), so 0.56 s
@@ -46,6 +50,7 @@ enum class ConvertedQuant : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kIQ4_NL = 20,
+  kIQ4_XS = 23,
 };
 
 // nullopt for ids of types Tandem does not convert (Q8_K is ggml's activation type).
@@ -54,7 +59,7 @@ std::string_view ConvertedQuantName(ConvertedQuant t);
 // Elements of one block: 256 for the k-quants, 32 for the others.
 int64_t ConvertedQuantBlockElems(ConvertedQuant t);
 // Bytes of one block: Q2_K 84, Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210, Q5_0 22,
-// Q5_1 24, IQ4_NL 18.
+// Q5_1 24, IQ4_NL 18, IQ4_XS 136.
 int64_t ConvertedQuantBlockBytes(ConvertedQuant t);
 // Q4_1 for Q4_K, Q8_0 for the others.
 DType ConvertedQuantComputeType(ConvertedQuant t);

@@ -35,7 +35,7 @@ void BM_ConvertQuantBlocks(benchmark::State& state) {
 }
 BENCHMARK(BM_ConvertQuantBlocks)
     ->ArgNames({"ggml_type", "threads"})
-    ->ArgsProduct({{12, 14, 13, 11, 10, 6, 7, 20}, {1, 2}})
+    ->ArgsProduct({{12, 14, 13, 11, 10, 23, 6, 7, 20}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

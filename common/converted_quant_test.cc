@@ -18,8 +18,9 @@ namespace tandem {
 namespace {
 
 constexpr ConvertedQuant kAll[] = {
-    ConvertedQuant::kQ2_K, ConvertedQuant::kQ3_K, ConvertedQuant::kQ4_K, ConvertedQuant::kQ5_K,
-    ConvertedQuant::kQ6_K, ConvertedQuant::kQ5_0, ConvertedQuant::kQ5_1, ConvertedQuant::kIQ4_NL};
+    ConvertedQuant::kQ2_K, ConvertedQuant::kQ3_K,   ConvertedQuant::kQ4_K,
+    ConvertedQuant::kQ5_K, ConvertedQuant::kQ6_K,   ConvertedQuant::kQ5_0,
+    ConvertedQuant::kQ5_1, ConvertedQuant::kIQ4_NL, ConvertedQuant::kIQ4_XS};
 
 std::vector<uint8_t> ReadBytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -48,6 +49,9 @@ TEST(ConvertedQuant, LayoutSizes) {
   EXPECT_EQ(ConvertedQuantBlockBytes(ConvertedQuant::kQ5_0), 22);
   EXPECT_EQ(ConvertedQuantBlockBytes(ConvertedQuant::kQ5_1), 24);
   EXPECT_EQ(ConvertedQuantBlockBytes(ConvertedQuant::kIQ4_NL), 18);
+  EXPECT_EQ(ConvertedQuantBlockBytes(ConvertedQuant::kIQ4_XS), 136);
+  EXPECT_EQ(ConvertedQuantBlockElems(ConvertedQuant::kIQ4_XS), 256);
+  EXPECT_EQ(ConvertedQuantFromGgmlType(23), ConvertedQuant::kIQ4_XS);
   EXPECT_EQ(ConvertedQuantBlockElems(ConvertedQuant::kQ6_K), 256);
   EXPECT_EQ(ConvertedQuantBlockElems(ConvertedQuant::kQ5_1), 32);
   EXPECT_EQ(ConvertedQuantFromGgmlType(20), ConvertedQuant::kIQ4_NL);
@@ -86,8 +90,8 @@ TEST(ConvertedQuant, DequantizeMatchesGgufPy) {
 }
 
 // Converted blocks hold the reference values within the bounds converted_quant.h states:
-// Q5_0 and IQ4_NL exactly, Q4_K with its scales rounded to f16, the others requantized
-// to Q8_0.
+// Q5_0 and IQ4_NL exactly, Q4_K and IQ4_XS with their scales rounded to f16, the others
+// requantized to Q8_0.
 TEST(ConvertedQuant, ConversionStaysWithinItsBound) {
   const uint32_t seed = std::random_device{}();
   std::mt19937 rng(seed);
@@ -106,6 +110,10 @@ TEST(ConvertedQuant, ConversionStaysWithinItsBound) {
       float bound;
       if (IsExact(t)) {
         bound = 0;
+      } else if (t == ConvertedQuant::kIQ4_XS) {
+        // The grid's values times the sub-block scale rounded to f16.
+        const auto& q = reinterpret_cast<const BlockQ8_0*>(converted.data())[b];
+        bound = 127 * half_ulp(F16ToF32(q.d));
       } else if (ct == DType::kQ4_1) {
         const auto& q = reinterpret_cast<const BlockQ4_1*>(converted.data())[b];
         bound = 15 * half_ulp(F16ToF32(q.d)) + half_ulp(F16ToF32(q.m));
@@ -127,10 +135,10 @@ TEST(ConvertedQuant, ConversionStaysWithinItsBound) {
       }
     }
     // The bound is not loose to the point of missing a wrong nibble or scale: a
-    // requantization uses most of it, and Q4_K's f16 rounding shows.
+    // requantization uses most of it, and Q4_K's and IQ4_XS's f16 rounding shows.
     if (!IsExact(t)) {
-      EXPECT_GT(worst, ct == DType::kQ8_0 ? 0.3 : 0.05)
-          << ConvertedQuantName(t) << " seed " << seed;
+      const bool requantized = ct == DType::kQ8_0 && t != ConvertedQuant::kIQ4_XS;
+      EXPECT_GT(worst, requantized ? 0.3 : 0.05) << ConvertedQuantName(t) << " seed " << seed;
     }
   }
 }

@@ -12,6 +12,7 @@ std::pair<int, int> ScaleOffsets(ConvertedQuant t) {
   switch (t) {
     case ConvertedQuant::kQ5_0:
     case ConvertedQuant::kIQ4_NL:
+    case ConvertedQuant::kIQ4_XS:
       return {0, -1};  // d, ...
     case ConvertedQuant::kQ5_1:
       return {0, 2};  // d, m, qh[4], qs[16]
@@ -53,7 +54,8 @@ std::vector<uint8_t> RandomQuantBlocks(ConvertedQuant t, int64_t n_blocks, float
 std::vector<uint8_t> RandomQuantWeights(ConvertedQuant t, int64_t n_blocks, float max_abs,
                                         std::mt19937& rng) {
   // Largest |sub-scale x quant| of each layout (Q2_K: 15 x 3, Q3_K: 32 x 4,
-  // Q4_K: 63 x 15, Q5_K: 63 x 31, Q6_K: 128 x 32, Q5_0: 16, Q5_1: 31, IQ4_NL: 127);
+  // Q4_K: 63 x 15, Q5_K: 63 x 31, Q6_K: 128 x 32, Q5_0: 16, Q5_1: 31, IQ4_NL: 127,
+  // IQ4_XS: 127 x 32);
   // mins are bounded alike.
   float product = 1;
   switch (t) {
@@ -65,6 +67,9 @@ std::vector<uint8_t> RandomQuantWeights(ConvertedQuant t, int64_t n_blocks, floa
       break;
     case ConvertedQuant::kIQ4_NL:
       product = 127;
+      break;
+    case ConvertedQuant::kIQ4_XS:
+      product = 127 * 32;
       break;
     case ConvertedQuant::kQ2_K:
       product = 45;

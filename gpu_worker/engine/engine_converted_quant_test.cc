@@ -56,14 +56,15 @@ ModelConfig WideConfig(Arch arch) {
   return c;
 }
 
-// All eight types, in the order tensors take them.
+// All nine types, in the order tensors take them.
 constexpr ConvertedQuant kAllTypes[] = {
-    ConvertedQuant::kQ4_K, ConvertedQuant::kQ5_0,   ConvertedQuant::kQ6_K, ConvertedQuant::kQ5_1,
-    ConvertedQuant::kQ5_K, ConvertedQuant::kIQ4_NL, ConvertedQuant::kQ3_K, ConvertedQuant::kQ2_K};
-// The conversions that keep the stored values: Q5_0, IQ4_NL, and Q4_K when its
-// sub-block scales are f16 values (Build's power-of-two super-scales make them so).
+    ConvertedQuant::kQ4_K, ConvertedQuant::kQ5_0,   ConvertedQuant::kQ6_K,
+    ConvertedQuant::kQ5_1, ConvertedQuant::kQ5_K,   ConvertedQuant::kIQ4_NL,
+    ConvertedQuant::kQ3_K, ConvertedQuant::kIQ4_XS, ConvertedQuant::kQ2_K};
+// The conversions that keep the stored values: Q5_0, IQ4_NL, and Q4_K and IQ4_XS when
+// their sub-block scales are f16 values (Build's power-of-two super-scales make them so).
 constexpr ConvertedQuant kExactTypes[] = {ConvertedQuant::kQ4_K, ConvertedQuant::kQ5_0,
-                                          ConvertedQuant::kIQ4_NL};
+                                          ConvertedQuant::kIQ4_XS, ConvertedQuant::kIQ4_NL};
 
 class EngineConvertedQuant : public ::testing::TestWithParam<Arch> {
  protected:
@@ -78,9 +79,10 @@ class EngineConvertedQuant : public ::testing::TestWithParam<Arch> {
 
   // Makes every matrix random blocks of `types` in turn (of its 32-element ones alone
   // where rows are not whole superblocks); 1-D tensors stay as they are, in all three
-  // sets: as stored, as converted, and the exact values in f32. `pow2_q4k` sets Q4_K's
-  // super-scales to powers of two, so that d * sc (sc < 64) is an f16 value.
-  void Build(const std::vector<ConvertedQuant>& types, bool pow2_q4k = false) {
+  // sets: as stored, as converted, and the exact values in f32. `pow2` sets the
+  // super-scales of Q4_K and IQ4_XS to powers of two, so that their sub-block scales
+  // (d times a 6-bit integer) are f16 values.
+  void Build(const std::vector<ConvertedQuant>& types, bool pow2 = false) {
     std::mt19937 rng(seed_ + 1);
     GgufTensorOptions f32;
     f32.matrix_dtype = DType::kF32;
@@ -106,9 +108,14 @@ class EngineConvertedQuant : public ::testing::TestWithParam<Arch> {
       const int64_t n = t.numel();
       std::vector<uint8_t> blocks =
           testing::RandomQuantWeights(kq, n / ConvertedQuantBlockElems(kq), 0.1f, rng);
-      if (pow2_q4k && kq == ConvertedQuant::kQ4_K) {
-        for (size_t k = 0; k < blocks.size(); k += 144) {
-          for (size_t at : {k, k + 2}) {
+      if (pow2 && (kq == ConvertedQuant::kQ4_K || kq == ConvertedQuant::kIQ4_XS)) {
+        // Q4_K's d and dmin at bytes 0 and 2; IQ4_XS's d at 0 (its scales follow).
+        const size_t bytes = static_cast<size_t>(ConvertedQuantBlockBytes(kq));
+        const std::vector<size_t> fields =
+            kq == ConvertedQuant::kQ4_K ? std::vector<size_t>{0, 2} : std::vector<size_t>{0};
+        for (size_t k = 0; k < blocks.size(); k += bytes) {
+          for (size_t f : fields) {
+            const size_t at = k + f;
             uint16_t h;
             std::memcpy(&h, &blocks[at], 2);
             const float v = F16ToF32(h);
@@ -172,7 +179,7 @@ TEST_P(EngineConvertedQuant, ComputesAsItsConvertedBlocks) {
 // and then (31% once in 480 runs), so a bound here could not tell them from mistakes.
 TEST_P(EngineConvertedQuant, ExactConversionsKeepTheLogits) {
   ASSERT_NO_FATAL_FAILURE(Build({std::begin(kExactTypes), std::end(kExactTypes)},
-                                /*pow2_q4k=*/true));
+                                /*pow2=*/true));
   auto a = Logits(Write("stored.gguf", stored_, types_), prompt_, ops::ComputeType::kF32);
   auto b = Logits(Write("exact.gguf", exact_), prompt_, ops::ComputeType::kF32);
   ASSERT_TRUE(a.ok()) << a.status();

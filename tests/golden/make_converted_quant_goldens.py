@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Golden data for the GGUF formats Tandem converts at load (common/converted_quant.h):
-the k-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and the 32-element Q5_0, Q5_1, IQ4_NL.
+the k-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS and the 32-element Q5_0, Q5_1, IQ4_NL.
 
 Random blocks (every bit pattern of the quants and packed sub-scales is legal) with
 finite, realistic f16 scales, dequantized by gguf-py's numpy port of ggml's
@@ -37,6 +37,7 @@ SCALE_FIELDS = {
     T.Q4_K: (0, 2),     # d, dmin, scales[12], qs[128]
     T.Q5_K: (0, 2),     # d, dmin, scales[12], qh[32], qs[128]
     T.Q6_K: (208, None),  # ql[128], qh[64], scales[16], d
+    T.IQ4_XS: (0, None),  # d, scales_h, scales_l[4], qs[128]
 }
 
 
