@@ -83,6 +83,10 @@ class Checkpoint {
     return ExpertTensor(base, expert);
   }
 
+  // What reading the tensors so far did that the user should hear of, or "": a GGUF
+  // checkpoint says how many tensors it converted or mapped from the conversion cache.
+  virtual std::string LoadNote() const { return ""; }
+
   // Tokenizer sources: an HF directory has tokenizer.json (+ _config); a GGUF
   // file carries its vocabulary in metadata (gguf() is non-null then).
   virtual std::string tokenizer_json_path() const { return ""; }

@@ -1,10 +1,12 @@
 #include "common/gguf_checkpoint.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/checkpoint_schema.h"
 #include "common/status_macros.h"
 
@@ -242,7 +244,7 @@ absl::StatusOr<std::unique_ptr<GgufCheckpoint>> GgufCheckpoint::Open(const std::
   TANDEM_RETURN_IF_ERROR(ValidateCheckpointTensors(*c, nullptr));
   for (const GgufTensorInfo& t : c->file_->tensors()) {
     if (t.converted) {
-      c->cache_ = ConvertedCache::ForModel(path);
+      c->cache_ = ConvertedCache::ForModel(path, &c->no_cache_reason_);
       break;
     }
   }
@@ -288,7 +290,10 @@ absl::StatusOr<const void*> GgufCheckpoint::Data(const GgufTensorInfo& info) con
                                     view.nbytes};
   Converted c;
   if (cache_ != nullptr) c.mapped = cache_->Find(entry);
-  if (c.mapped == nullptr) {
+  if (c.mapped != nullptr) {
+    ++stats_.mapped;
+  } else {
+    const auto start = std::chrono::steady_clock::now();
     // 64-byte aligned, as the kernels' loads prefer; aligned_alloc wants a multiple.
     const size_t size = (static_cast<size_t>(view.nbytes) + 63) / 64 * 64;
     c.heap.reset(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(size, 64))));
@@ -315,13 +320,49 @@ absl::StatusOr<const void*> GgufCheckpoint::Data(const GgufTensorInfo& info) con
         c.heap.reset();
       }
     }
+    ++stats_.made[std::string(ConvertedQuantName(*info.converted))];
+    stats_.in_memory |= c.mapped == nullptr;
+    stats_.seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
+  stats_.bytes += view.nbytes;
   c.data = c.mapped != nullptr
                ? static_cast<const void*>(c.mapped->data() + ConvertedCache::kHeaderBytes)
                : static_cast<const void*>(c.heap.get());
   const void* data = c.data;
   converted_.emplace(info.name, std::move(c));
   return data;
+}
+
+std::string GgufCheckpoint::LoadNote() const {
+  absl::MutexLock lock(&mu_);
+  int made = 0;
+  std::string types;
+  for (const auto& [name, n] : stats_.made) {
+    made += n;
+    absl::StrAppend(&types, types.empty() ? "" : ", ", name, " ", n);
+  }
+  if (made == 0 && stats_.mapped == 0) return "";
+  const std::string where = cache_ != nullptr
+                                ? cache_->dir()
+                                : absl::StrCat("process memory (no cache: ", no_cache_reason_, ")");
+  std::string note;
+  if (made > 0) {
+    note = absl::StrFormat("converted %d GGUF tensors (%s) to Q4_1/Q8_0 in %.1f s, into %s", made,
+                           types, stats_.seconds,
+                           stats_.in_memory && cache_ != nullptr
+                               ? absl::StrCat(where,
+                                              " and, where it could not store them, "
+                                              "process memory")
+                               : where);
+  }
+  if (stats_.mapped > 0) {
+    absl::StrAppend(&note, note.empty() ? "" : "; ",
+                    absl::StrFormat("mapped %d converted tensors from %s", stats_.mapped,
+                                    cache_ != nullptr ? cache_->dir() : where));
+  }
+  absl::StrAppendFormat(&note, " (%.2f GB)", static_cast<double>(stats_.bytes) / 1e9);
+  return note;
 }
 
 absl::StatusOr<TensorView> GgufCheckpoint::TensorImpl(std::string_view name, bool with_data) const {

@@ -42,6 +42,7 @@ class GgufCheckpoint : public Checkpoint {
   absl::StatusOr<TensorView> DescribeExpertTensor(std::string_view base,
                                                   int64_t expert) const override;
   const GgufFile* gguf() const override { return file_.get(); }
+  std::string LoadNote() const override;
 
  private:
   struct FreeDeleter {
@@ -69,9 +70,20 @@ class GgufCheckpoint : public Checkpoint {
     const void* data = nullptr;
   };
 
+  // What the conversions did, for LoadNote().
+  struct ConversionStats {
+    std::map<std::string, int> made;  // by source type name, e.g. "Q4_K"
+    int mapped = 0;                   // found in the cache
+    int64_t bytes = 0;                // of converted data, made or mapped
+    double seconds = 0;               // converting and storing
+    bool in_memory = false;           // some stayed in process memory
+  };
+
   std::unique_ptr<ConvertedCache> cache_;  // null: off, or no file holds a converted type
+  std::string no_cache_reason_;
   mutable absl::Mutex mu_;
   mutable std::map<std::string, Converted, std::less<>> converted_ ABSL_GUARDED_BY(mu_);
+  mutable ConversionStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tandem

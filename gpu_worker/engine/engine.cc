@@ -100,6 +100,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Checkpoin
   TANDEM_ASSIGN_OR_RETURN(
       e->weights_, ModelWeights::Load(*ckpt, options.compute, tp, options.remote_experts,
                                       options.cpu_ffn_rows, layout));
+  // GGUF k-quants and the like: converted now or mapped from the cache.
+  if (const std::string note = ckpt->LoadNote(); !note.empty()) {
+    e->load_notice_ = e->load_notice_.empty() ? note : absl::StrCat(e->load_notice_, "; ", note);
+  }
   TANDEM_RETURN_IF_ERROR(e->SetPrefillGpuTokens(options.prefill_gpu_tokens));
   e->max_context_ = options.max_context > 0 ? options.max_context
                                             : std::min<int64_t>(c.max_position, 8192);

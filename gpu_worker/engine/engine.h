@@ -186,8 +186,9 @@ class Engine {
   const Device& device() const { return *dev_; }
   const Checkpoint& checkpoint() const { return *ckpt_; }
   const ModelWeights& weights() const { return weights_; }
-  // What the load chose that the user should hear of (bf16 weights left
-  // unpacked for want of memory); empty when nothing.
+  // What the load chose or did that the user should hear of (bf16 weights left
+  // unpacked for want of memory, GGUF tensors converted or mapped from the
+  // conversion cache); empty when nothing.
   const std::string& load_notice() const { return load_notice_; }
   int64_t max_context() const { return max_context_; }
   // Blocks of the engine's own KV cache not held by any sequence.

@@ -5,6 +5,7 @@
 // in f32 and in quantized compute. And those logits stay close to the ones of the exact
 // dequantized values (common/converted_quant.h bounds the conversion per weight).
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -205,6 +206,35 @@ TEST_P(EngineConvertedQuant, AnUnconvertibleBlockIsAnErrorNamingTheTensor) {
     return;
   }
   FAIL() << "no converted tensor";
+}
+
+// The load says what it converted, and the next load of the same file maps the cache.
+TEST_P(EngineConvertedQuant, TheLoadSaysWhatItConvertedAndTheNextMapsIt) {
+  ASSERT_NO_FATAL_FAILURE(Build({std::begin(kAllTypes), std::end(kAllTypes)}));
+  const std::string cache = dir_ + "/cache";
+  setenv("TANDEM_CACHE_DIR", cache.c_str(), 1);
+  const std::string path = Write("stored.gguf", stored_, types_);
+  const auto notice = [&]() -> std::string {
+    auto ckpt = Checkpoint::Open(path);
+    EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+    if (!ckpt.ok()) return "";
+    EngineOptions o;
+    o.max_context = 64;
+    o.max_sequences = 1;
+    auto engine = Engine::Create(std::move(*ckpt), o);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return engine.ok() ? (*engine)->load_notice() : "";
+  };
+  const std::string first = notice(), second = notice();
+  unsetenv("TANDEM_CACHE_DIR");
+  const std::string n = std::to_string(types_.size());
+  EXPECT_NE(first.find("converted " + n + " GGUF tensors ("), std::string::npos) << first;
+  EXPECT_NE(first.find("Q4_K "), std::string::npos) << first;
+  EXPECT_NE(first.find(cache + "/converted/"), std::string::npos) << first;
+  EXPECT_EQ(first.find("mapped"), std::string::npos) << first;
+  EXPECT_NE(second.find("mapped " + n + " converted tensors from " + cache), std::string::npos)
+      << second;
+  EXPECT_EQ(second.find("converted " + n + " GGUF"), std::string::npos) << second;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, EngineConvertedQuant,
