@@ -123,6 +123,19 @@ std::unique_ptr<ConvertedCache> ConvertedCache::ForModel(const std::string& mode
       root / absl::StrFormat("%016x", Fnv1a(absl::StrCat(real.string(), "\n", identity)));
   fs::create_directories(dir, ec);
   if (ec) return fail(absl::StrCat(dir.string(), ": ", ec.message()));
+  // Weights are code, in effect: use only directories this user owns and no one else
+  // may write, in case TANDEM_CACHE_DIR points somewhere shared.
+  // (The root may be a link, to another disk say; the model's directory, made here,
+  // may not.)
+  for (const fs::path& d : {root, dir}) {
+    fs::permissions(d, fs::perms::owner_all, fs::perm_options::replace, ec);
+    struct stat st;
+    const int r = d == root ? stat(d.c_str(), &st) : lstat(d.c_str(), &st);
+    if (r != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+        (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+      return fail(absl::StrCat(d.string(), ": not a directory of this user's alone"));
+    }
+  }
   const fs::path source = dir / "source";
   if (!fs::exists(source, ec)) {
     const std::string tmp = TempName(source.string());

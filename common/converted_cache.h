@@ -11,8 +11,10 @@
 // bytes; it is written under a temporary name, synced and renamed, so a reader sees a
 // whole entry or none, and one with a header that does not match is removed.
 //
-// TANDEM_CONVERTED_CACHE=off turns the cache off: conversions then live in process
-// memory, as they do when the directory cannot be written.
+// The directories are made 0700 and used only when this user owns them and no one else
+// can write them (a cache entry is trusted as weights). TANDEM_CONVERTED_CACHE=off
+// turns the cache off: conversions then live in process memory, as they do when the
+// directory cannot be written or is not this user's.
 #ifndef TANDEM_COMMON_CONVERTED_CACHE_H_
 #define TANDEM_COMMON_CONVERTED_CACHE_H_
 

@@ -1,9 +1,12 @@
 #include "common/converted_cache.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -146,6 +149,61 @@ TEST_F(ConvertedCacheTest, OffOrUnwritableMeansNoCache) {
   EXPECT_EQ(ConvertedCache::ForModel(model, &why), nullptr);
   EXPECT_NE(why.find("/proc/tandem-cannot-write-here"), std::string::npos) << why;
   EXPECT_EQ(ConvertedCache::ForModel(root_ + "/missing.gguf", &why), nullptr);
+}
+
+// Processes converting the same model at once each write their own temporary file and
+// rename it into place: every reader sees a whole entry.
+TEST_F(ConvertedCacheTest, ConcurrentStoresLeaveOneWholeEntry) {
+  const std::string model = Model("m.gguf", "m");
+  ConvertedCache::Entry big = kEntry;
+  big.nbytes = 1 << 20;
+  const std::string data = Bytes(static_cast<int>(big.nbytes), 11);
+  std::vector<std::thread> writers;
+  std::atomic<int> stored{0};
+  for (int i = 0; i < 4; ++i) {
+    writers.emplace_back([&] {
+      auto c = ConvertedCache::ForModel(model);
+      if (c == nullptr) return;
+      for (int k = 0; k < 5; ++k) {
+        if (c->Store(big, data.data()).ok()) ++stored;
+        auto m = c->Find(big);
+        // Never a torn entry: absent or whole.
+        if (m != nullptr) {
+          EXPECT_EQ(std::memcmp(m->data() + ConvertedCache::kHeaderBytes, data.data(), data.size()),
+                    0);
+        }
+      }
+    });
+  }
+  for (std::thread& t : writers) t.join();
+  EXPECT_EQ(stored.load(), 20);
+  auto c = ConvertedCache::ForModel(model);
+  ASSERT_NE(c, nullptr);
+  EXPECT_NE(c->Find(big), nullptr);
+  // No temporary file is left behind.
+  for (const std::string& f : Dirs(c->dir())) {
+    EXPECT_EQ(f.find(".tmp."), std::string::npos) << f;
+  }
+}
+
+TEST_F(ConvertedCacheTest, ADirectoryOthersCanWriteIsNotUsed) {
+  const std::string model = Model("m.gguf", "m");
+  auto a = ConvertedCache::ForModel(model);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(fs::status(a->dir()).permissions() & fs::perms::all, fs::perms::owner_all);
+  // Opened up afterwards (by hand, say): the next open closes it again before use, and
+  // a directory it cannot close is refused.
+  fs::permissions(a->dir(), fs::perms::all);
+  auto b = ConvertedCache::ForModel(model);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(fs::status(b->dir()).permissions() & fs::perms::all, fs::perms::owner_all);
+  // A symbolic link in place of the model's directory is refused.
+  fs::remove_all(b->dir());
+  fs::create_directory(root_ + "/elsewhere");
+  fs::create_directory_symlink(root_ + "/elsewhere", b->dir());
+  std::string why;
+  EXPECT_EQ(ConvertedCache::ForModel(model, &why), nullptr);
+  EXPECT_NE(why.find("not a directory of this user's alone"), std::string::npos) << why;
 }
 
 // Through the checkpoint: the first open converts and stores, the next maps the stored
