@@ -23,7 +23,7 @@
 //                 as ggml's quantize_row_q8_0_ref does: |error| <= s/2 + 127 e(s) per
 //                 weight, s = amax / 127 (amax the block's largest |value|), so 0.56 s
 //                 while s is a normal f16: under a quarter of Q6_K's own step. 8.5 bits a
-//                 weight: 3.3x Q2_K, 2.5x Q3_K, 1.5x Q5_K and Q5_1, 1.3x Q6_K.
+//                 weight: 3.2x Q2_K, 2.5x Q3_K, 1.55x Q5_K, 1.4x Q5_1, 1.3x Q6_K.
 //
 // DequantizeConverted is the reference those conversions and their tests rest on; it
 // is checked against gguf-py's port of ggml's dequantize_row_*
