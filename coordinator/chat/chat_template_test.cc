@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -197,6 +198,16 @@ TEST(ChatTemplateLimits, HugeStringRepeat) {
   const absl::Status st =
       RenderStatus("{{ 'x' * 1000000000 }}", Json::object());
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// An empty string or list repeated a huge number of times is empty, at once: no step
+// budget or output limit stops a loop of empty appends (the fuzz test found
+// `{% if xs|string*99999999999 %}` spinning for minutes).
+TEST(ChatTemplateLimits, EmptyRepeatedHugelyIsEmptyAtOnce) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(RenderOrDie("[{{ '' * 99999999999 }}|{{ ([] * 99999999999)|length }}]", Json::object()),
+            "[|0]");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 TEST(ChatTemplateLimits, StringDoubling) {

@@ -82,8 +82,9 @@ absl::StatusOr<Value> Repeat(Interpreter& in, const Value& seq, int64_t times) {
   }
   if (seq.is_string()) {
     const size_t len = seq.str().size();
-    if (len != 0 &&
-        static_cast<uint64_t>(times) > in.limits().max_output_bytes / len) {
+    // Python's "" * n; a loop of n empty appends would spin for as long as n says.
+    if (len == 0) return Value::String("");
+    if (static_cast<uint64_t>(times) > in.limits().max_output_bytes / len) {
       return in.ChargeBytes(in.limits().max_output_bytes + 1);
     }
     TANDEM_RETURN_IF_ERROR(in.ChargeBytes(len * static_cast<size_t>(times)));
@@ -93,10 +94,9 @@ absl::StatusOr<Value> Repeat(Interpreter& in, const Value& seq, int64_t times) {
     return Value::String(std::move(out));
   }
   const auto& items = seq.list().items;
-  if (!items.empty() &&
-      static_cast<uint64_t>(times) >
-          static_cast<uint64_t>(in.limits().max_container_nodes) /
-              items.size()) {
+  if (items.empty()) return Value::List({}, seq.list().kind);
+  if (static_cast<uint64_t>(times) >
+      static_cast<uint64_t>(in.limits().max_container_nodes) / items.size()) {
     return absl::InvalidArgumentError(Cat("value has more than the limit of ",
                                           in.limits().max_container_nodes,
                                           " elements"));
