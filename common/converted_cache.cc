@@ -6,12 +6,12 @@
 
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -127,9 +127,13 @@ std::unique_ptr<ConvertedCache> ConvertedCache::ForModel(const std::string& mode
   // may write, in case TANDEM_CACHE_DIR points somewhere shared.
   // (The root may be a link, to another disk say; the model's directory, made here,
   // may not.)
+  // A link in the model directory's place is refused before chmod could follow it.
+  struct stat st;
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return fail(absl::StrCat(dir.string(), ": not a directory of this user's alone"));
+  }
   for (const fs::path& d : {root, dir}) {
     fs::permissions(d, fs::perms::owner_all, fs::perm_options::replace, ec);
-    struct stat st;
     const int r = d == root ? stat(d.c_str(), &st) : lstat(d.c_str(), &st);
     if (r != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
         (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {

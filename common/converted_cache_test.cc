@@ -197,13 +197,17 @@ TEST_F(ConvertedCacheTest, ADirectoryOthersCanWriteIsNotUsed) {
   auto b = ConvertedCache::ForModel(model);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(fs::status(b->dir()).permissions() & fs::perms::all, fs::perms::owner_all);
-  // A symbolic link in place of the model's directory is refused.
+  // A symbolic link in place of the model's directory is refused, and what it points
+  // to keeps its permissions.
   fs::remove_all(b->dir());
   fs::create_directory(root_ + "/elsewhere");
+  fs::permissions(root_ + "/elsewhere", fs::perms::owner_all | fs::perms::group_read);
   fs::create_directory_symlink(root_ + "/elsewhere", b->dir());
   std::string why;
   EXPECT_EQ(ConvertedCache::ForModel(model, &why), nullptr);
   EXPECT_NE(why.find("not a directory of this user's alone"), std::string::npos) << why;
+  EXPECT_EQ(fs::status(root_ + "/elsewhere").permissions() & fs::perms::all,
+            fs::perms::owner_all | fs::perms::group_read);
 }
 
 // Through the checkpoint: the first open converts and stores, the next maps the stored
