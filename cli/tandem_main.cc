@@ -1,22 +1,25 @@
 // The `tandem` executable: one binary, one subcommand per role. This
 // dispatcher is the only code that links every module.
 #include <cstdio>
+#include <string>
 
 #include "CLI/CLI.hpp"
 #include "cli/bench_command.h"
 #include "cli/coordinator_command.h"
 #include "cli/cpu_worker_command.h"
 #include "cli/generate_command.h"
+#include "cli/gpu_worker_command.h"
 #include "cli/openmp_environment.h"
 #include "cli/plan_command.h"
-#include "cli/gpu_worker_command.h"
 #include "cli/serve_command.h"
+#include "common/version.h"
 #include "cpu_worker/ops/amx_linear.h"
 
 int main(int argc, char** argv) {
   tandem::cli::EnsureOpenMpWait(argv);
   CLI::App app{"Tandem: serves large language models across GPU and CPU"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("tandem ") + tandem::kVersion);
   tandem::cli::GenerateOptions gen;
   CLI::App* generate = tandem::cli::AddGenerateCommand(app, gen);
   tandem::cli::CpuWorkerOptions cpu;

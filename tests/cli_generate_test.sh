@@ -67,6 +67,8 @@ expect_error "cpu experts of a dense model" "no routed experts" --model "$MODEL"
 expect_error "text without tokenizer" "tokenizer" --model "$MODEL" --prompt hello
 "$TANDEM" generate --bogus-flag >/dev/null 2>&1
 check "unknown flag rejected" test $? -ne 0
+VERSION=$("$TANDEM" --version)
+check "--version prints the version ($VERSION)" grep -qx "tandem [0-9][0-9.]*" <<<"$VERSION"
 
 if [ -n "${TANDEM_SMOLLM2_GGUF:-}" ]; then
   ANSWER=$("$TANDEM" generate --model "$TANDEM_SMOLLM2_GGUF" --max-tokens 24 --prompt \

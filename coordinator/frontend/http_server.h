@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/version.h"
 #include "coordinator/frontend/generation_backend.h"
 #include "coordinator/frontend/metrics.h"
 #include "coordinator/frontend/request_parser.h"
@@ -58,7 +59,7 @@ struct HttpServerOptions {
   int read_timeout_s = 30;
   int write_timeout_s = 30;
   std::chrono::milliseconds poll_interval{50};  // disconnect checks while idle
-  std::string version = "0.1.0";
+  std::string version = kVersion;
   std::string owned_by = "tandem";
 };
 
