@@ -113,6 +113,11 @@ absl::Status Run(const CpuWorkerOptions& o) {
     // Once the gpu_worker sends work it has mapped the store: drop the name,
     // so that nothing is left in /dev/shm whichever process dies later.
     expert_server->SetOnFirstRequest([store = weight_store.get()] { (void)store->Unlink(); });
+    // GGUF k-quants were converted (or mapped from the cache) as the store was
+    // filled: say so, as the gpu_worker does for its own weights.
+    if (const std::string note = ckpt->LoadNote(); !note.empty()) {
+      std::fprintf(stderr, "tandem cpu-worker: %s\n", note.c_str());
+    }
   }
   std::unique_ptr<AttentionServer> attention_server;
   if (o.attention) {
