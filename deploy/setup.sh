@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of Tandem from Debian packages.
 # Idempotent: packages already present are skipped, so re-running is cheap.
+# Usage: deploy/setup.sh [--build-only]
+#   --build-only: what building the `tandem` binary needs and nothing for the
+#   tests' Python (the container image's build stage, deploy/docker/).
 set -euo pipefail
+
+BUILD_ONLY=0
+case "${1:-}" in
+  "") ;;
+  --build-only) BUILD_ONLY=1 ;;
+  *) echo "usage: deploy/setup.sh [--build-only]" >&2; exit 2 ;;
+esac
 
 PKGS=(
   cmake g++ make pkg-config ninja-build
@@ -10,8 +20,9 @@ PKGS=(
   nlohmann-json3-dev libcpp-httplib-dev prometheus-cpp-dev
   libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy python3-venv
 )
+# The tests' Python: the oracles, golden scripts and the openai client's venv.
+((BUILD_ONLY)) || PKGS+=(python3 python3-numpy python3-venv python3-yaml)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -27,6 +38,8 @@ if ((${#missing[@]})); then
 else
   echo "setup: all Debian packages present"
 fi
+
+((BUILD_ONLY)) && exit 0
 
 # The service tests' Python: Debian's numpy plus the official `openai` client
 # and grpcio from PyPI (test tools only; the service never imports Python).
