@@ -171,6 +171,29 @@ std::string Map(std::string_view text, int options) {
   return out;
 }
 
+// Composes, working around utf8proc before 2.9 (Debian 12 ships 2.8.0), which
+// composes a Hangul LV syllable with a following U+11A7 as if it were a
+// trailing consonant (those start at U+11A8) and so drops the U+11A7: NFC of
+// "\uC640\u11A7" came out as "\uC640". U+11A7 is a starter that is in no
+// composition pair, so text on either side of it cannot compose across it,
+// and normalizing the pieces between U+11A7s apart is exact.
+std::string MapComposed(std::string_view text, int options) {
+  constexpr std::string_view kU11A7 = "\xE1\x86\xA7";
+  size_t at = text.find(kU11A7);
+  if (at == std::string_view::npos) return Map(text, options);
+  std::string out;
+  size_t start = 0;
+  for (;;) {
+    const std::string_view piece = text.substr(start, at - start);
+    if (!piece.empty()) out += Map(piece, options);
+    if (at == std::string_view::npos) break;
+    out += kU11A7;
+    start = at + kU11A7.size();
+    at = text.find(kU11A7, start);
+  }
+  return out;
+}
+
 bool IsAscii(std::string_view text) {
   for (char c : text) {
     if (static_cast<uint8_t>(c) >= 0x80) return false;
@@ -184,11 +207,11 @@ std::string Normalize(std::string_view text, NormalForm form) {
     return std::string(text);  // ASCII is invariant in every form
   switch (form) {
     case NormalForm::kNfc:
-      return Map(text, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+      return MapComposed(text, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
     case NormalForm::kNfd:
       return Map(text, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE);
     case NormalForm::kNfkc:
-      return Map(text, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
+      return MapComposed(text, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
     case NormalForm::kNfkd:
       return Map(text, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
   }

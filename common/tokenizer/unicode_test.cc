@@ -74,6 +74,25 @@ TEST(UnicodeTest, NormalForms) {
   EXPECT_EQ(Normalize("e\xCC\x81", NormalForm::kNfc), "\xC3\xA9");
   EXPECT_EQ(Normalize("\xC3\xA9", NormalForm::kNfd), "e\xCC\x81");
   EXPECT_EQ(Normalize("\xEF\xBC\xA6", NormalForm::kNfkc), "F");  // fullwidth F
+  // Hangul: U+11A7 (a vowel jamo, not a trailing consonant) composes with
+  // nothing, while U+11A8 does; utf8proc 2.8 dropped the U+11A7. Expected
+  // values from Python's unicodedata.normalize (NFC and NFKC agree here).
+  struct Case {
+    const char* in;
+    const char* nfc;
+  };
+  const Case hangul[] = {
+      {"\uC640\u11A7", "\xEC\x99\x80\xE1\x86\xA7"},
+      {"\uC640\u11A8", "\xEC\x99\x81"},
+      {"\u1100\u1161\u11A7", "\xEA\xB0\x80\xE1\x86\xA7"},
+      {"a\u11A7\u11A7e\u0301", "a\xE1\x86\xA7\xE1\x86\xA7\xC3\xA9"},
+      {"\u11A7\u0301\u0300", "\xE1\x86\xA7\xCC\x81\xCC\x80"},
+      {"\uC640\u11A7\u11A8", "\xEC\x99\x80\xE1\x86\xA7\xE1\x86\xA8"},
+  };
+  for (const Case& c : hangul) {
+    EXPECT_EQ(Normalize(c.in, NormalForm::kNfc), c.nfc) << c.in;
+    EXPECT_EQ(Normalize(c.in, NormalForm::kNfkc), c.nfc) << c.in;
+  }
   EXPECT_EQ(ToLower("\xC3\x80"
                     "BC"),
             "\xC3\xA0"
