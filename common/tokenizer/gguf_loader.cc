@@ -171,6 +171,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(
     p->decoder_config.byte_fallback = true;
     p->decoder_config.strip_leading = space_prefix ? 1 : 0;
   } else {
+    // Byte-level BPE has no unknown token, whatever the metadata says: a
+    // piece missing from the vocabulary is encoded byte by byte and a byte
+    // without a token is dropped, as llama.cpp does and as the published
+    // tokenizer.json files (unk_token null) do. SmolLM2's GGUF names
+    // unknown_token_id 0, which is <|endoftext|>, and its vocabulary lacks
+    // 21 byte tokens (0x04, 0x06, 0xF1, ...): honouring the id put an
+    // end-of-text token into prompts holding those bytes.
+    opt.unk_id = -1;
     const std::vector<std::string> regexes =
         tok::LlamaCppPreRegexes(pre, &ignore_merges, &known_pre);
     add_bos = ignore_merges ||
