@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/tokenizer/unicode.h"
 
 namespace tandem::tok {
@@ -39,6 +40,34 @@ MatchState& ThreadMatchState() {
 
 }  // namespace
 
+namespace {
+
+// Code points assigned in Unicode 15.0-16.0 (gen_unicode_since_14.py).
+struct AssignedRange {
+  char32_t lo, hi;
+  const char* category;
+};
+constexpr AssignedRange kAssignedSince14[] = {
+#include "common/tokenizer/unicode_since_14.inc"
+};
+
+// The class members PCRE2's Unicode 14.0 tables lack for general category
+// `name` ("L", "Lo", "N", ...), as "\x{lo}-\x{hi}..."; empty for other names.
+std::string MembersSince14(std::string_view name) {
+  const bool category = (name.size() == 1 || name.size() == 2) && name[0] >= 'A' &&
+                        name[0] <= 'Z' && (name.size() == 1 || (name[1] >= 'a' && name[1] <= 'z'));
+  std::string out;
+  if (!category) return out;
+  for (const AssignedRange& r : kAssignedSince14) {
+    if (r.category[0] != name[0] || (name.size() == 2 && r.category[1] != name[1])) continue;
+    absl::StrAppendFormat(&out, "\\x{%X}-\\x{%X}", static_cast<uint32_t>(r.lo),
+                          static_cast<uint32_t>(r.hi));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string OnigCompatPattern(std::string_view p) {
   std::string out;
   out.reserve(p.size() + 16);
@@ -47,6 +76,35 @@ std::string OnigCompatPattern(std::string_view p) {
     const char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
       const char n = p[i + 1];
+      if (n == 'p' || n == 'P') {
+        // \p{X} or \pX: Oniguruma's Unicode is newer than PCRE2's, so add
+        // the members assigned since (see gen_unicode_since_14.py). A \P{X}
+        // inside a class has no such spelling and is left as it is.
+        size_t end = i + 2;  // one past the property
+        std::string_view name;
+        if (end < p.size() && p[end] == '{') {
+          const size_t close = p.find('}', end);
+          if (close != std::string_view::npos) {
+            name = p.substr(end + 1, close - end - 1);
+            end = close + 1;
+          }
+        } else if (end < p.size()) {
+          name = p.substr(end, 1);
+          end += 1;
+        }
+        const std::string extra = MembersSince14(name);
+        const std::string as_written(p.substr(i, end - i));
+        if (extra.empty() || (n == 'P' && in_class)) {
+          out += as_written;
+        } else if (n == 'p') {
+          out += in_class ? absl::StrCat(as_written, extra)
+                          : absl::StrCat("[", as_written, extra, "]");
+        } else {
+          out += absl::StrCat("[^\\p", as_written.substr(2), extra, "]");
+        }
+        i = end - 1;
+        continue;
+      }
       if (n == 's') {
         out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
       } else if (n == 'S' && !in_class) {

@@ -1,7 +1,10 @@
 // PCRE2 (UTF + UCP, JIT) wrapper for the pre-tokenizer and normalizer regexes.
-// HF tokenizers evaluates these patterns with Oniguruma; the only difference
-// that matters for tokenizer patterns is `\s`, which in Oniguruma also matches
-// U+0085 (NEL). OnigCompatPattern rewrites the pattern so PCRE2 agrees.
+// HF tokenizers evaluates these patterns with Oniguruma; two differences
+// matter for tokenizer patterns, and OnigCompatPattern rewrites the pattern so
+// PCRE2 agrees: `\s` also matches U+0085 (NEL) in Oniguruma, and Oniguruma's
+// Unicode is 16.0 where Debian 12's PCRE2 has 14.0, so each general-category
+// class `\p{L}`, `\p{N}`, `\p{Lo}`, ... gains the code points assigned since
+// (unicode_since_14.inc).
 #ifndef TANDEM_COMMON_TOKENIZER_REGEX_H_
 #define TANDEM_COMMON_TOKENIZER_REGEX_H_
 
