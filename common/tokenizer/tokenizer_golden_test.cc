@@ -60,24 +60,59 @@ TEST(TokenizerGoldenTest, Qwen3MatchesHf) {
   CheckGoldens(testing::Qwen3(), *g);
 }
 
-TEST(TokenizerGoldenTest, SmolLM2GgufMatchesHf) {
+// Random text (tests/golden/make_random_tokenizer_goldens.py): every script,
+// spacing, marks, emoji sequences, special-token text and control characters.
+TEST(TokenizerGoldenTest, Llama2MatchesHfOnRandomText) {
+  auto g = LoadGoldens("llama2_random_goldens.json");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_GE(g->cases.size(), 200u);
+  CheckGoldens(testing::Llama2(), *g);
+}
+
+TEST(TokenizerGoldenTest, Qwen3MatchesHfOnRandomText) {
+  auto g = LoadGoldens("qwen3_random_goldens.json");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_GE(g->cases.size(), 200u);
+  CheckGoldens(testing::Qwen3(), *g);
+}
+
+// SmolLM2's tokenizer from the default model's GGUF; skips without it.
+std::unique_ptr<Tokenizer> SmolLM2FromGguf() {
   const char* path = std::getenv("TANDEM_SMOLLM2_GGUF");
-  if (path == nullptr || *path == '\0') {
-    GTEST_SKIP() << "set TANDEM_SMOLLM2_GGUF to "
-                    "SmolLM2-135M-Instruct.Q4_1.gguf to run this test";
-  }
+  if (path == nullptr || *path == '\0') return nullptr;
   auto gguf = GgufFile::Open(path);
-  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  EXPECT_TRUE(gguf.ok()) << gguf.status();
+  if (!gguf.ok()) return nullptr;
   auto t = Tokenizer::FromGguf(**gguf);
-  ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_EQ((*t)->vocab_size(), 49152);
-  EXPECT_EQ((*t)->bos_id(), 1);
-  EXPECT_THAT((*t)->eos_ids(), ::testing::Contains(2));
-  EXPECT_FALSE((*t)->adds_bos());
-  EXPECT_THAT((*t)->chat_template(), ::testing::HasSubstr("<|im_start|>"));
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+constexpr char kNoSmolLM2[] =
+    "set TANDEM_SMOLLM2_GGUF to SmolLM2-135M-Instruct.Q4_1.gguf to run this test";
+
+TEST(TokenizerGoldenTest, SmolLM2GgufMatchesHf) {
+  std::unique_ptr<Tokenizer> t = SmolLM2FromGguf();
+  if (t == nullptr && !HasFailure()) GTEST_SKIP() << kNoSmolLM2;
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->vocab_size(), 49152);
+  EXPECT_EQ(t->bos_id(), 1);
+  EXPECT_THAT(t->eos_ids(), ::testing::Contains(2));
+  EXPECT_FALSE(t->adds_bos());
+  EXPECT_THAT(t->chat_template(), ::testing::HasSubstr("<|im_start|>"));
   auto g = LoadGoldens("smollm2_goldens.json");
   ASSERT_TRUE(g.ok()) << g.status();
-  CheckGoldens(**t, *g);
+  CheckGoldens(*t, *g);
+}
+
+TEST(TokenizerGoldenTest, SmolLM2GgufMatchesHfOnRandomText) {
+  std::unique_ptr<Tokenizer> t = SmolLM2FromGguf();
+  if (t == nullptr && !HasFailure()) GTEST_SKIP() << kNoSmolLM2;
+  ASSERT_NE(t, nullptr);
+  auto g = LoadGoldens("smollm2_random_goldens.json");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_GE(g->cases.size(), 200u);
+  CheckGoldens(*t, *g);
 }
 
 TEST(TokenizerGoldenTest, Metadata) {

@@ -129,9 +129,10 @@ def transformers_gguf_tokenizer(gguf_path):
     return AutoTokenizer.from_pretrained(d, gguf_file=f).backend_tokenizer
 
 
-def write(name, source, tok, corpus, extra=None):
+def write(name, source, tok, corpus, extra=None, generator="tests/golden/make_tokenizer_goldens.py",
+          indent=1):
     doc = {
-        "generator": "tests/golden/make_tokenizer_goldens.py",
+        "generator": generator,
         "versions": versions(),
         "source": source,
         "cases": encode_cases(tok, corpus),
@@ -140,7 +141,7 @@ def write(name, source, tok, corpus, extra=None):
         doc.update(extra)
     out = os.path.join(DATA, name)
     with open(out, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, ensure_ascii=False, indent=1)
+        json.dump(doc, fh, ensure_ascii=False, indent=indent)
         fh.write("\n")
     print(f"wrote {out}: {len(doc['cases'])} cases")
 
