@@ -42,15 +42,6 @@ MatchState& ThreadMatchState() {
 
 namespace {
 
-// Code points assigned in Unicode 15.0-16.0 (gen_unicode_since_14.py).
-struct AssignedRange {
-  char32_t lo, hi;
-  const char* category;
-};
-constexpr AssignedRange kAssignedSince14[] = {
-#include "common/tokenizer/unicode_since_14.inc"
-};
-
 // The class members PCRE2's Unicode 14.0 tables lack for general category
 // `name` ("L", "Lo", "N", ...), as "\x{lo}-\x{hi}..."; empty for other names.
 std::string MembersSince14(std::string_view name) {
@@ -58,10 +49,11 @@ std::string MembersSince14(std::string_view name) {
                         name[0] <= 'Z' && (name.size() == 1 || (name[1] >= 'a' && name[1] <= 'z'));
   std::string out;
   if (!category) return out;
-  for (const AssignedRange& r : kAssignedSince14) {
-    if (r.category[0] != name[0] || (name.size() == 2 && r.category[1] != name[1])) continue;
-    absl::StrAppendFormat(&out, "\\x{%X}-\\x{%X}", static_cast<uint32_t>(r.lo),
-                          static_cast<uint32_t>(r.hi));
+  for (const AssignedRange* r = AssignedSinceUnicode14Begin(); r != AssignedSinceUnicode14End();
+       ++r) {
+    if (r->category[0] != name[0] || (name.size() == 2 && r->category[1] != name[1])) continue;
+    absl::StrAppendFormat(&out, "\\x{%X}-\\x{%X}", static_cast<uint32_t>(r->lo),
+                          static_cast<uint32_t>(r->hi));
   }
   return out;
 }

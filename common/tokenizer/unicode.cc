@@ -2,7 +2,9 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 
 namespace tandem::tok {
 
@@ -102,11 +104,35 @@ size_t CharLenAt(std::string_view text, size_t pos) {
 }
 
 namespace {
+constexpr AssignedRange kAssignedSince14[] = {
+#include "common/tokenizer/unicode_since_14.inc"
+};
+
+// utf8proc's categories in the order of utf8proc_category_t.
+constexpr const char* kCategoryNames[] = {
+    "Cn", "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps",
+    "Pe", "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co"};
+
 utf8proc_category_t Category(char32_t cp) {
-  return static_cast<utf8proc_category_t>(
-      utf8proc_category(static_cast<utf8proc_int32_t>(cp)));
+  const auto c =
+      static_cast<utf8proc_category_t>(utf8proc_category(static_cast<utf8proc_int32_t>(cp)));
+  if (c != UTF8PROC_CATEGORY_CN) return c;
+  // Unassigned to utf8proc: perhaps assigned since (the table is sorted).
+  const AssignedRange* r =
+      std::upper_bound(std::begin(kAssignedSince14), std::end(kAssignedSince14), cp,
+                       [](char32_t v, const AssignedRange& a) { return v < a.lo; });
+  if (r == std::begin(kAssignedSince14) || cp > (--r)->hi) return c;
+  for (size_t i = 0; i < std::size(kCategoryNames); ++i) {
+    if (std::string_view(kCategoryNames[i]) == r->category) {
+      return static_cast<utf8proc_category_t>(i);
+    }
+  }
+  return c;
 }
 }  // namespace
+
+const AssignedRange* AssignedSinceUnicode14Begin() { return std::begin(kAssignedSince14); }
+const AssignedRange* AssignedSinceUnicode14End() { return std::end(kAssignedSince14); }
 
 bool IsNumeric(char32_t cp) {
   if (cp < 0x80) return cp >= '0' && cp <= '9';

@@ -44,7 +44,19 @@ void AppendCodepoint(char32_t cp, std::string* out);
 // byte so that loops always advance.
 size_t CharLenAt(std::string_view text, size_t pos);
 
-// Unicode classes (General Category via utf8proc).
+// A run of code points assigned in Unicode 15.0-16.0, with its general
+// category ("Lo", "Nd", ...). HF tokenizers classes characters by Unicode
+// 16.0 (Oniguruma's tables, Rust's char); Debian 12's PCRE2 has 14.0 and
+// utf8proc 15.0, so the classes below and the regexes' \p{..} add these
+// (gen_unicode_since_14.py writes the table).
+struct AssignedRange {
+  char32_t lo, hi;
+  const char* category;
+};
+const AssignedRange* AssignedSinceUnicode14Begin();
+const AssignedRange* AssignedSinceUnicode14End();
+
+// Unicode classes (General Category via utf8proc, completed to Unicode 16.0).
 bool IsNumeric(char32_t cp);       // Nd, Nl, No (Rust char::is_numeric)
 bool IsAlphanumeric(char32_t cp);  // L*, Nd, Nl, No
 bool IsWhitespace(char32_t cp);    // Unicode White_Space

@@ -68,6 +68,14 @@ TEST(UnicodeTest, Classes) {
   EXPECT_TRUE(IsWhitespace(0x0085));
   EXPECT_TRUE(IsWhitespace(0x3000));
   EXPECT_FALSE(IsWhitespace(0x200B));  // zero width space is not White_Space
+  // Unicode 15.0 and 16.0, as HF tokenizers classes them (Rust's char is 16.0).
+  EXPECT_TRUE(IsNumeric(0x1E4F0));        // Nag Mundari digit zero (15.0, Nd)
+  EXPECT_TRUE(IsNumeric(0x1CCF0));        // outlined digit zero (16.0, Nd)
+  EXPECT_TRUE(IsNumeric(0x10D40));        // Garay digit zero (16.0, Nd)
+  EXPECT_TRUE(IsAlphanumeric(0x13460));   // Egyptian hieroglyph (16.0, Lo)
+  EXPECT_TRUE(IsAlphanumeric(0x10D4E));   // Garay vowel length mark (16.0, Lm)
+  EXPECT_FALSE(IsAlphanumeric(0x1CCFA));  // still unassigned in 16.0
+  EXPECT_FALSE(IsNumeric(0x13460));
 }
 
 TEST(UnicodeTest, NormalForms) {
