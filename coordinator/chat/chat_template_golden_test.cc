@@ -77,16 +77,16 @@ ChatTemplateInputs ToInputs(const Json& in) {
   return r;
 }
 
-class ModelTemplateGolden : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(ModelTemplateGolden, MatchesTransformers) {
-  const Json golden = Load(kDir + "/" + GetParam() + ".json");
+// Every case of one golden file: the rendered text (or the error), the
+// variables BuildChatContext gives the template, and Apply on the inputs.
+void CheckGoldenFile(const std::string& path, const std::string& label) {
+  const Json golden = Load(path);
   auto tmpl = ChatTemplate::Parse(golden["template"].get<std::string>());
   ASSERT_TRUE(tmpl.ok()) << tmpl.status();
   int rendered = 0, errors = 0;
   for (const Json& c : golden["cases"]) {
     const std::string name = c["name"].get<std::string>();
-    SCOPED_TRACE(GetParam() + ": " + name);
+    SCOPED_TRACE(label + ": " + name);
     auto out = tmpl->Render(c["context"]);
     if (c.contains("expected")) {
       ASSERT_TRUE(out.ok()) << out.status();
@@ -116,8 +116,21 @@ TEST_P(ModelTemplateGolden, MatchesTransformers) {
     if (applied.ok() && out.ok()) EXPECT_EQ(*applied, *out);
   }
   EXPECT_GT(rendered, 0);
-  RecordProperty("rendered", rendered);
-  RecordProperty("errors", errors);
+  ::testing::Test::RecordProperty("rendered", rendered);
+  ::testing::Test::RecordProperty("errors", errors);
+}
+
+class ModelTemplateGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelTemplateGolden, MatchesTransformers) {
+  CheckGoldenFile(kDir + "/" + GetParam() + ".json", GetParam());
+}
+
+// Random conversations (tests/golden/make_random_chat_template_goldens.py):
+// text of every script with Jinja-looking markup, badly ordered turns, tool
+// calls with every JSON type in their arguments, reasoning fields.
+TEST_P(ModelTemplateGolden, MatchesTransformersOnRandomConversations) {
+  CheckGoldenFile(kDir + "/random/" + GetParam() + ".json", GetParam() + " (random)");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTemplates, ModelTemplateGolden,
