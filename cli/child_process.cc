@@ -9,8 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-
-extern char** environ;
+#include "cli/flag_environment.h"
 
 namespace tandem::cli {
 
@@ -25,8 +24,13 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::SpawnSelf(
   std::vector<std::string> copy = args;
   for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The child gets its flags on its command line only (flag_environment.h).
+  std::vector<std::string> env = EnvironmentForChildren();
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
   if (rc != 0) {
     return absl::InternalError(absl::StrCat("cannot start a child process: ", std::strerror(rc)));
   }

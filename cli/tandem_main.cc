@@ -7,6 +7,7 @@
 #include "cli/bench_command.h"
 #include "cli/coordinator_command.h"
 #include "cli/cpu_worker_command.h"
+#include "cli/flag_environment.h"
 #include "cli/generate_command.h"
 #include "cli/gpu_worker_command.h"
 #include "cli/openmp_environment.h"
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = tandem::cli::AddBenchCommand(app, bench);
   tandem::cli::PlanCommandOptions plan;
   CLI::App* plan_cmd = tandem::cli::AddPlanCommand(app, plan);
+  tandem::cli::BindFlagsToEnvironment(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

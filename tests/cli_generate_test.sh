@@ -67,6 +67,17 @@ expect_error "cpu experts of a dense model" "no routed experts" --model "$MODEL"
 expect_error "text without tokenizer" "tokenizer" --model "$MODEL" --prompt hello
 "$TANDEM" generate --bogus-flag >/dev/null 2>&1
 check "unknown flag rejected" test $? -ne 0
+# Flags from TANDEM_ARG_* variables; the command line wins.
+ENV_OUT=$(TANDEM_ARG_MAX_TOKENS=3 TANDEM_ARG_IGNORE_EOS=true "$TANDEM" generate --model "$MODEL" \
+  --prompt-ids "$PROMPT" --json)
+check "TANDEM_ARG_MAX_TOKENS sets --max-tokens" python3 -c "
+import json,sys; assert json.loads(sys.argv[1])['usage']['completion_tokens']==3" "$ENV_OUT"
+ENV_OUT=$(TANDEM_ARG_MAX_TOKENS=3 "$TANDEM" generate --model "$MODEL" --prompt-ids "$PROMPT" \
+  --max-tokens 2 --ignore-eos --json)
+check "--max-tokens beats TANDEM_ARG_MAX_TOKENS" python3 -c "
+import json,sys; assert json.loads(sys.argv[1])['usage']['completion_tokens']==2" "$ENV_OUT"
+ENV_ERR=$(TANDEM_ARG_MAX_TOKENS=many "$TANDEM" generate --model "$MODEL" --prompt-ids 1 2>&1)
+check "a bad TANDEM_ARG_ value is refused ($ENV_ERR)" grep -q "max-tokens" <<<"$ENV_ERR"
 VERSION=$("$TANDEM" --version)
 check "--version prints the version ($VERSION)" grep -qx "tandem [0-9][0-9.]*" <<<"$VERSION"
 
