@@ -63,6 +63,15 @@ const CLI::Validator kPositiveCount(
     },
     "> 0");
 
+// A layer count, 0 included.
+const CLI::Validator kLayerCount(
+    [](std::string& v) -> std::string {
+      int64_t n = 0;
+      if (absl::SimpleAtoi(v, &n) && n >= 0) return "";
+      return absl::StrCat("must be a whole number >= 0, got ", v);
+    },
+    ">= 0");
+
 // A flag whose empty value would mean "not given" (the default).
 const CLI::Validator kNonEmpty(
     [](std::string& v) -> std::string { return v.empty() ? "must not be empty" : ""; }, "");
@@ -113,7 +122,26 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
   cmd->add_option("--port", o.port, "HTTP port (0: any free port)")->capture_default_str();
   cmd->add_option("--api-key", o.api_key, "Require Authorization: Bearer KEY");
   cmd->add_option("--grpc-port", o.grpc_port, "Port of the client gRPC API on --host (0: any free port; -1: off)")->capture_default_str();
-  cmd->add_option("--cpu-experts", o.cpu_experts, "Routed experts on a cpu_worker: none, all or N-per-layer")->capture_default_str();
+  CLI::Option* cpu_experts =
+      cmd->add_option("--cpu-experts", o.cpu_experts,
+                      "Routed experts on a cpu_worker: none, all, N-per-layer, first-N-layers or "
+                      "one count per layer N0,N1,...")
+          ->capture_default_str();
+  // llama.cpp's names for the same placements (llama-server -cmoe/-ncmoe).
+  cmd->add_flag_callback(
+         "--cpu-moe", [&o] { o.cpu_experts = "all"; },
+         "llama.cpp's name for --cpu-experts all: every routed expert on the cpu_worker")
+      ->excludes(cpu_experts);
+  cmd->add_option_function<int64_t>(
+         "--n-cpu-moe",
+         [&o](const int64_t& n) {
+           o.cpu_experts = n == 0 ? "none" : absl::StrCat("first-", n, "-layers");
+         },
+         "llama.cpp's name for --cpu-experts first-N-layers: every routed expert of layers "
+         "0..N-1 on the cpu_worker")
+      ->check(kLayerCount)
+      ->excludes(cpu_experts)
+      ->excludes("--cpu-moe");
   cmd->add_option("--cpu-workers", o.cpu_workers,
                   "cpu_worker processes sharing the CPU experts (expert e on worker e % K)")
       ->capture_default_str();
@@ -187,6 +215,9 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                   "only), the KV pools, MoE-Lightning's micro-batches, n_g and the batch "
                   "limits; flags given beside it win");
   // Which settings the command line gave, so that a policy leaves them be.
+  for (const char* alias : {"--cpu-moe", "--n-cpu-moe"}) {
+    cmd->get_option(alias)->each([&o](const std::string&) { o.given.insert("--cpu-experts"); });
+  }
   for (const char* name : {"--cpu-experts", "--gpu-expert-cache", "--cpu-ffn-fraction",
                            "--prefill-gpu-tokens", "--gpu-memory-budget", "--cpu-kv-blocks",
                            "--max-num-seqs", "--max-num-batched-tokens", "--kv-blocks",

@@ -47,14 +47,21 @@ absl::StatusOr<ExpertPlacement> ParseCpuExperts(const std::string& spec, const M
     }
   } else {
     absl::string_view s(spec);
-    int64_t per_layer = 0;
-    if (!absl::ConsumeSuffix(&s, "-per-layer") || !absl::SimpleAtoi(s, &per_layer) ||
-        per_layer < 0) {
+    int64_t n = 0;
+    if (absl::ConsumePrefix(&s, "first-") && absl::ConsumeSuffix(&s, "-layers") &&
+        absl::SimpleAtoi(s, &n) && n >= 0) {
+      // Every expert of layers 0..N-1 (llama.cpp's --n-cpu-moe N, which
+      // takes an N past the last layer as all of them).
+      for (int64_t l = 0; l < c.num_layers; ++l) counts.push_back(l < n ? c.num_experts : 0);
+    } else if (s = spec,
+               absl::ConsumeSuffix(&s, "-per-layer") && absl::SimpleAtoi(s, &n) && n >= 0) {
+      counts.assign(static_cast<size_t>(c.num_layers), n);
+    } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--cpu-experts must be all, none, N-per-layer or one count per layer (N0,N1,...), "
-          "got '", spec, "'"));
+          "--cpu-experts must be all, none, N-per-layer, first-N-layers or one count per layer "
+          "(N0,N1,...), got '",
+          spec, "'"));
     }
-    counts.assign(static_cast<size_t>(c.num_layers), per_layer);
   }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const int64_t n = counts[static_cast<size_t>(l)];

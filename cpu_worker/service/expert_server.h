@@ -24,8 +24,9 @@ namespace tandem {
 // experts[layer] = the routed experts of that layer computed here.
 using ExpertPlacement = std::vector<std::vector<int32_t>>;
 
-// "all", "none", "N-per-layer" (the first N experts of each MoE layer) or
-// one count per layer, "N0,N1,..." (the first N_l experts of layer l; what
+// "all", "none", "N-per-layer" (the first N experts of each MoE layer),
+// "first-N-layers" (every expert of layers 0..N-1, llama.cpp's --n-cpu-moe)
+// or one count per layer, "N0,N1,..." (the first N_l experts of layer l; what
 // a planner policy whose layers differ asks for), as the --cpu-experts flag
 // spells it; InvalidArgument otherwise.
 absl::StatusOr<ExpertPlacement> ParseCpuExperts(const std::string& spec, const ModelConfig& c);

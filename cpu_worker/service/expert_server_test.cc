@@ -141,7 +141,19 @@ TEST(ExpertServer, PlacementSpecs) {
   for (const std::string& bad : {too_few, too_many, bad_count, std::string("1,x")}) {
     EXPECT_EQ(ParseCpuExperts(bad, c).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
-  for (const char* bad : {"some", "-1-per-layer", "99-per-layer", "2-per", ""}) {
+  // Every expert of the first N layers (llama.cpp's --n-cpu-moe); N past the
+  // last layer is all of them, 0 none.
+  for (int64_t n : {int64_t{0}, int64_t{1}, c.num_layers, c.num_layers + 50}) {
+    auto first = ParseCpuExperts(absl::StrCat("first-", n, "-layers"), c);
+    ASSERT_TRUE(first.ok()) << first.status();
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      EXPECT_EQ((*first)[static_cast<size_t>(l)].size(),
+                l < n && c.IsMoeLayer(l) ? static_cast<size_t>(c.num_experts) : 0u)
+          << "n " << n << " layer " << l;
+    }
+  }
+  for (const char* bad : {"some", "-1-per-layer", "99-per-layer", "2-per", "", "first--1-layers",
+                          "first-x-layers", "first-2", "2-layers"}) {
     EXPECT_EQ(ParseCpuExperts(bad, c).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }

@@ -87,7 +87,9 @@ def main():
     if experts:
         placements += [("all", ["--cpu-experts", "all"]),
                        (f"{experts // 2}-per-layer", ["--cpu-experts", f"{experts // 2}-per-layer"]),
-                       ("all-on-3-workers", ["--cpu-experts", "all", "--cpu-workers", "3"])]
+                       ("all-on-3-workers", ["--cpu-experts", "all", "--cpu-workers", "3"]),
+                       # llama.cpp's spelling: every expert of layer 0 on the cpu_worker
+                       ("n-cpu-moe-1", ["--n-cpu-moe", "1"])]
     # A GPU pool of one sequence: the other requests must go to the CPU pool.
     blocks = (max(len(c["prompt"]) for c in cases) + n + 15) // 16
     cpu_kv = ["--max-model-len", str(blocks * 16), "--kv-blocks", str(blocks),
