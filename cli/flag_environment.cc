@@ -17,7 +17,8 @@ std::string FlagEnvironmentName(std::string_view long_name) {
 void BindFlagsToEnvironment(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
     if (opt == app.get_help_ptr() || opt == app.get_help_all_ptr() ||
-        opt == app.get_version_ptr() || opt->get_lnames().empty()) {
+        opt == app.get_version_ptr() || opt->get_lnames().empty() ||
+        opt->get_lnames().front() == "config") {  // --config is read before parsing
       continue;
     }
     opt->envname(FlagEnvironmentName(opt->get_lnames().front()));

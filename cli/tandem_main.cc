@@ -2,11 +2,14 @@
 // dispatcher is the only code that links every module.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 #include "cli/bench_command.h"
 #include "cli/coordinator_command.h"
 #include "cli/cpu_worker_command.h"
+#include "cli/flag_config_file.h"
 #include "cli/flag_environment.h"
 #include "cli/generate_command.h"
 #include "cli/gpu_worker_command.h"
@@ -35,9 +38,17 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = tandem::cli::AddBenchCommand(app, bench);
   tandem::cli::PlanCommandOptions plan;
   CLI::App* plan_cmd = tandem::cli::AddPlanCommand(app, plan);
+  tandem::cli::AddConfigFlag(app);
   tandem::cli::BindFlagsToEnvironment(app);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (absl::Status s = tandem::cli::ApplyConfigFile(app, &args); !s.ok()) {
+    std::fprintf(stderr, "tandem: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::vector<char*> parsed_argv = {argv[0]};
+  for (std::string& a : args) parsed_argv.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(parsed_argv.size()), parsed_argv.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);  // CLI11 reports bad flags through exceptions; they stop here
   }

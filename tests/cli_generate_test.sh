@@ -78,6 +78,22 @@ check "--max-tokens beats TANDEM_ARG_MAX_TOKENS" python3 -c "
 import json,sys; assert json.loads(sys.argv[1])['usage']['completion_tokens']==2" "$ENV_OUT"
 ENV_ERR=$(TANDEM_ARG_MAX_TOKENS=many "$TANDEM" generate --model "$MODEL" --prompt-ids 1 2>&1)
 check "a bad TANDEM_ARG_ value is refused ($ENV_ERR)" grep -q "max-tokens" <<<"$ENV_ERR"
+# Flags from a --config YAML file: the environment and the command line win.
+CFG=$(mktemp --suffix .yaml)
+printf 'model: %s\nmax_tokens: 4\nignore-eos: true\njson: yes\n' "$MODEL" >"$CFG"
+CFG_OUT=$("$TANDEM" generate --config "$CFG" --prompt-ids "$PROMPT")
+check "--config sets the flags" python3 -c "
+import json,sys; assert json.loads(sys.argv[1])['usage']['completion_tokens']==4" "$CFG_OUT"
+CFG_OUT=$(TANDEM_ARG_MAX_TOKENS=3 "$TANDEM" generate --config "$CFG" --prompt-ids "$PROMPT")
+check "TANDEM_ARG_ beats --config" python3 -c "
+import json,sys; assert json.loads(sys.argv[1])['usage']['completion_tokens']==3" "$CFG_OUT"
+CFG_OUT=$("$TANDEM" generate --config "$CFG" --prompt-ids "$PROMPT" --max-tokens 2)
+check "the command line beats --config" python3 -c "
+import json,sys; assert json.loads(sys.argv[1])['usage']['completion_tokens']==2" "$CFG_OUT"
+printf 'model: %s\nmax-tokenz: 4\n' "$MODEL" >"$CFG"
+CFG_ERR=$("$TANDEM" generate --config "$CFG" --prompt-ids 1 2>&1)
+check "an unknown --config key is refused ($CFG_ERR)" grep -q "'max-tokenz' is not a flag of tandem generate" <<<"$CFG_ERR"
+rm -f "$CFG"
 VERSION=$("$TANDEM" --version)
 check "--version prints the version ($VERSION)" grep -qx "tandem [0-9][0-9.]*" <<<"$VERSION"
 
