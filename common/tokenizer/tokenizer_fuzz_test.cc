@@ -31,24 +31,6 @@ uint64_t Seed(const char* test) {
   return seed;
 }
 
-void AppendUtf8(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 // Valid UTF-8 built from pieces the tokenizers treat differently.
 class TextGenerator {
  public:
@@ -69,7 +51,7 @@ class TextGenerator {
     return static_cast<char32_t>(Uniform(static_cast<int>(lo), static_cast<int>(hi)));
   }
   void Run(char32_t cp, int n, std::string* s) {
-    for (int i = 0; i < n; ++i) AppendUtf8(cp, s);
+    for (int i = 0; i < n; ++i) tok::AppendCodepoint(cp, s);
   }
 
   void AppendPiece(bool no_metaspace, std::string* s) {
@@ -84,7 +66,7 @@ class TextGenerator {
         s->append(kWords[Uniform(0, std::size(kWords) - 1)]);
         break;
       case 1:  // printable ASCII
-        for (int n = Uniform(1, 12); n > 0; --n) AppendUtf8(Range(0x20, 0x7E), s);
+        for (int n = Uniform(1, 12); n > 0; --n) tok::AppendCodepoint(Range(0x20, 0x7E), s);
         break;
       case 2:  // runs of spaces, tabs and newlines (the regex's \s+(?!\S))
         for (int n = Uniform(1, 6); n > 0; --n) {
@@ -93,25 +75,27 @@ class TextGenerator {
         }
         break;
       case 3:  // digit runs (\p{N}{1,3} and single digits)
-        for (int n = Uniform(1, 30); n > 0; --n) AppendUtf8(Range('0', '9'), s);
+        for (int n = Uniform(1, 30); n > 0; --n) tok::AppendCodepoint(Range('0', '9'), s);
         break;
       case 4:  // Latin letters with combining marks, NFC or not
         for (int n = Uniform(1, 6); n > 0; --n) {
-          AppendUtf8(Range('a', 'z'), s);
-          for (int m = Uniform(0, 3); m > 0; --m) AppendUtf8(Range(0x300, 0x36F), s);
+          tok::AppendCodepoint(Range('a', 'z'), s);
+          for (int m = Uniform(0, 3); m > 0; --m) tok::AppendCodepoint(Range(0x300, 0x36F), s);
         }
         break;
       case 5:  // Latin-1 and Latin Extended
-        for (int n = Uniform(1, 8); n > 0; --n) AppendUtf8(Range(0xC0, 0x24F), s);
+        for (int n = Uniform(1, 8); n > 0; --n) tok::AppendCodepoint(Range(0xC0, 0x24F), s);
         break;
       case 6:  // CJK ideographs
-        for (int n = Uniform(1, 10); n > 0; --n) AppendUtf8(Range(0x4E00, 0x9FFF), s);
+        for (int n = Uniform(1, 10); n > 0; --n) tok::AppendCodepoint(Range(0x4E00, 0x9FFF), s);
         break;
       case 7:  // kana and Hangul (syllables and conjoining jamo)
         for (int n = Uniform(1, 8); n > 0; --n) {
           const int k = Uniform(0, 2);
-          AppendUtf8(k == 0 ? Range(0x3041, 0x30FF)
-                            : k == 1 ? Range(0xAC00, 0xD7A3) : Range(0x1100, 0x11FF), s);
+          tok::AppendCodepoint(k == 0   ? Range(0x3041, 0x30FF)
+                               : k == 1 ? Range(0xAC00, 0xD7A3)
+                                        : Range(0x1100, 0x11FF),
+                               s);
         }
         break;
       case 8:  // Cyrillic, Greek, Arabic, Hebrew, Devanagari, Thai
@@ -119,15 +103,15 @@ class TextGenerator {
           static const char32_t kLo[] = {0x400, 0x370, 0x600, 0x5D0, 0x900, 0xE01};
           static const char32_t kHi[] = {0x4FF, 0x3FF, 0x6FF, 0x5EA, 0x97F, 0xE5B};
           const int k = Uniform(0, 5);
-          AppendUtf8(Range(kLo[k], kHi[k]), s);
+          tok::AppendCodepoint(Range(kLo[k], kHi[k]), s);
         }
         break;
       case 9: {  // emoji, with skin tones, variation selectors and ZWJ joins
         for (int n = Uniform(1, 4); n > 0; --n) {
-          AppendUtf8(Range(0x1F300, 0x1FAFF), s);
-          if (Uniform(0, 2) == 0) AppendUtf8(Range(0x1F3FB, 0x1F3FF), s);
-          if (Uniform(0, 2) == 0) AppendUtf8(0xFE0F, s);
-          if (Uniform(0, 2) == 0) AppendUtf8(0x200D, s);
+          tok::AppendCodepoint(Range(0x1F300, 0x1FAFF), s);
+          if (Uniform(0, 2) == 0) tok::AppendCodepoint(Range(0x1F3FB, 0x1F3FF), s);
+          if (Uniform(0, 2) == 0) tok::AppendCodepoint(0xFE0F, s);
+          if (Uniform(0, 2) == 0) tok::AppendCodepoint(0x200D, s);
         }
         break;
       }
@@ -136,13 +120,13 @@ class TextGenerator {
           static const char32_t kPunct[] = {'!', '"', '#', '\'', '(', ')', '.', ',', ':', '?',
                                             '`', '~', 0x2014, 0x2026, 0x201C, 0x201D, 0x3002,
                                             0xFF01, 0x00BF, 0x20AC, 0x2192, 0x221E};
-          AppendUtf8(kPunct[Uniform(0, std::size(kPunct) - 1)], s);
+          tok::AppendCodepoint(kPunct[Uniform(0, std::size(kPunct) - 1)], s);
         }
         break;
       case 11:  // control characters, NUL included
         for (int n = Uniform(1, 3); n > 0; --n) {
           const int k = Uniform(0, 2);
-          AppendUtf8(k == 0 ? Range(0, 0x1F) : k == 1 ? 0x7F : Range(0x80, 0x9F), s);
+          tok::AppendCodepoint(k == 0 ? Range(0, 0x1F) : k == 1 ? 0x7F : Range(0x80, 0x9F), s);
         }
         break;
       case 12:  // any plane, skipping surrogates
@@ -151,18 +135,19 @@ class TextGenerator {
           do {
             cp = Range(0x80, 0x10FFFF);
           } while ((cp >= 0xD800 && cp <= 0xDFFF) || (no_metaspace && cp == 0x2581));
-          AppendUtf8(cp, s);
+          tok::AppendCodepoint(cp, s);
         }
         break;
       case 13:  // a long word (the BPE's merge loop and word cache)
-        for (int n = Uniform(20, 200); n > 0; --n) AppendUtf8(Range('a', 'e'), s);
+        for (int n = Uniform(20, 200); n > 0; --n) tok::AppendCodepoint(Range('a', 'e'), s);
         break;
       case 14:  // a contraction glued to letters in either case
         s->append(Uniform(0, 1) ? "'" : "\xE2\x80\x99");
-        for (int n = Uniform(1, 3); n > 0; --n) AppendUtf8(Uniform(0, 1) ? Range('a', 'z') : Range('A', 'Z'), s);
+        for (int n = Uniform(1, 3); n > 0; --n)
+          tok::AppendCodepoint(Uniform(0, 1) ? Range('a', 'z') : Range('A', 'Z'), s);
         break;
       default:  // SentencePiece's own marker
-        if (!no_metaspace) AppendUtf8(0x2581, s);
+        if (!no_metaspace) tok::AppendCodepoint(0x2581, s);
         break;
     }
   }

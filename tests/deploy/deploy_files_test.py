@@ -22,6 +22,12 @@ import sys
 
 import yaml
 
+# The Dockerfile is read as deploy/docker/chroot_build.py reads it.
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
+                                "docker"))
+from chroot_build import instructions  # noqa: E402
+
 # In every debian:*-slim image (apt itself needs them).
 BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6"}
 # CUDA's libraries come from NVIDIA's toolkit, not Debian; the CPU image is
@@ -74,22 +80,6 @@ def check_command_line(tandem, argv, where):
             check(name in known, "%s: `tandem %s` has no flag %s" % (where, sub, name))
 
 
-def dockerfile_instructions(text):
-    out, cur = [], ""
-    for line in text.splitlines():
-        s = line.strip()
-        if s.startswith("#") or (not cur and not s):
-            continue
-        if s.endswith("\\"):
-            cur += s[:-1] + " "
-            continue
-        cur += s
-        key, _, rest = cur.partition(" ")
-        out.append((key.upper(), rest.strip()))
-        cur = ""
-    return out
-
-
 def runtime_packages(text):
     m = re.search(r"# runtime-packages-begin\n(.*?)# runtime-packages-end", text, re.S)
     if not m:
@@ -128,7 +118,7 @@ def linked_packages(tandem):
 
 def check_dockerfile(tandem, path):
     text = open(path).read()
-    ins = dockerfile_instructions(text)
+    ins = instructions(text)
     entry = [json.loads(r) for k, r in ins if k == "ENTRYPOINT"]
     cmd = [json.loads(r) for k, r in ins if k == "CMD"]
     check(entry and entry[-1] == ["tandem"], "Dockerfile: ENTRYPOINT is not [\"tandem\"]")
