@@ -208,6 +208,10 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                   "contexts)")
       ->check(kPositiveCount);
   cmd->add_option("--chat-template", o.chat_template, "File with a Jinja chat template overriding the model's");
+  cmd->add_option("--reasoning-parser", o.reasoning_parser,
+                  "Split chat answers into reasoning_content and content at </think>: qwen3 or "
+                  "deepseek_r1 (vLLM's names)")
+      ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
   cmd->add_option("--policy", o.policy,
                   "A planner policy to execute: `tandem plan --json` output (its best policy) or "
                   "a Policy as JSON, of any schedule family. It sets the CPU rows and streamed "
@@ -566,6 +570,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
   ho.parse.served_model_names = {p->served_name};
   ho.parse.max_context = p->driver->max_context();
   ho.parse.vocab_size = cfg.vocab_size;
+  TANDEM_ASSIGN_OR_RETURN(ho.parse.reasoning_parser,
+                          frontend::ParseReasoningParser(o.reasoning_parser));
   TANDEM_ASSIGN_OR_RETURN(p->http, frontend::HttpServer::Create(ho, p->backend.get(),
                                                                 p->text.get(), p->metrics.get()));
   TANDEM_RETURN_IF_ERROR(p->http->Start());

@@ -46,6 +46,7 @@ struct CoordinatorOptions {
   int64_t max_num_batched_tokens = 2048;
   int64_t kv_blocks = 0;
   std::string chat_template;  // a file
+  std::string reasoning_parser;  // "", qwen3, deepseek_r1
   // A planner policy (`tandem plan --json` output or a bare Policy): see
   // ApplyPolicyFile. What it sets lands in the fields above and in these
   // two, which take the place of --cpu-ffn-fraction and

@@ -172,6 +172,7 @@ absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body,
   }
   ParsedRequest out;
   out.endpoint = Endpoint::kChat;
+  out.reasoning_parser = options.reasoning_parser;
   out.sampling = options.defaults;
   FieldReader r(body);
   TANDEM_ASSIGN_OR_RETURN(json messages, NormalizeMessages(r.Find("messages")));

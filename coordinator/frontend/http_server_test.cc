@@ -142,6 +142,50 @@ TEST(FrontendServerTest, ChatNonStreamingStopsAtEos) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 5);
 }
 
+// --reasoning-parser qwen3: the answer's <think> part goes to
+// reasoning_content, whole and streamed; /v1/completions is left alone.
+TEST(FrontendServerTest, ReasoningParserSplitsChatAnswers) {
+  TestServer ts;
+  HttpServerOptions so;
+  so.parse.reasoning_parser = ReasoningParser::kQwen3;
+  FakeBackend::Options bo;
+  bo.reply = "<think>\nmull it over\n</think>\n\nYes.";
+  ASSERT_TRUE(ts.Start(so, bo));
+  auto r = ts.Client()->Post("/v1/chat/completions", ChatBody(), kJsonType);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json message = Json(r->body)["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "\nmull it over\n");
+  EXPECT_EQ(message["content"], "\n\nYes.");
+
+  r = ts.Client()->Post("/v1/chat/completions", ChatBody(R"("stream":true,"logprobs":true)"),
+                        kJsonType);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::string reasoning, content;
+  size_t logprob_entries = 0;
+  bool framed = false;
+  for (const std::string& e : SseData(r->body, &framed)) {
+    if (e == "[DONE]") break;
+    const json choice = Json(e)["choices"][0];
+    const json& delta = choice["delta"];
+    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"];
+    if (delta.contains("content")) content += delta["content"];
+    if (choice["logprobs"].is_object()) logprob_entries += choice["logprobs"]["content"].size();
+  }
+  EXPECT_TRUE(framed) << r->body;
+  EXPECT_EQ(reasoning, "\nmull it over\n");
+  EXPECT_EQ(content, "\n\nYes.");
+  EXPECT_EQ(logprob_entries,
+            Json(ts.Client()
+                     ->Post("/v1/chat/completions", ChatBody(R"("logprobs":true)"), kJsonType)
+                     ->body)["choices"][0]["logprobs"]["content"]
+                .size());
+
+  r = ts.Client()->Post("/v1/completions", R"({"model":"fake","prompt":"Hi","max_tokens":64})",
+                        kJsonType);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Json(r->body)["choices"][0]["text"], bo.reply);
+}
+
 TEST(FrontendServerTest, ChatStreamingFraming) {
   TestServer ts;
   ASSERT_TRUE(ts.Start());

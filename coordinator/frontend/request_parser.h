@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/frontend/generation_backend.h"
 #include "coordinator/frontend/json_fields.h"
+#include "coordinator/frontend/reasoning_splitter.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::frontend {
@@ -35,6 +36,8 @@ struct ParseOptions {
       16;  // /v1/completions without max_tokens
   // Defaults for fields the request leaves out (e.g. from generation_config).
   SamplingOptions defaults;
+  // Chat answers split into reasoning_content and content (--reasoning-parser).
+  ReasoningParser reasoning_parser = ReasoningParser::kNone;
 };
 
 struct PromptInput {
@@ -52,6 +55,7 @@ struct ParsedRequest {
   bool logprobs = false;       // log-probs in the response
   int32_t top_logprobs = 0;    // alternatives per token when logprobs
   bool return_tokens_as_token_ids = false;  // log-prob tokens read "token_id:N"
+  ReasoningParser reasoning_parser = ReasoningParser::kNone;  // chat only
   // One per choice: /v1/completions takes a list of prompts; chat has one.
   std::vector<PromptInput> prompts;
   // Shared by every prompt; max_tokens is per prompt (PromptInput).

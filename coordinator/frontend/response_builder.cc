@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "coordinator/frontend/reasoning_splitter.h"
+
 namespace tandem::frontend {
 
 ResponseBuilder::ResponseBuilder(const ResponseContext& ctx,
@@ -59,7 +61,16 @@ std::string ResponseBuilder::Json() const {
     if (chat) {
       ojson message;
       message["role"] = "assistant";
-      message["content"] = c.text;
+      if (ctx_.reasoning_parser == ReasoningParser::kNone) {
+        message["content"] = c.text;
+      } else {
+        // As vLLM's reasoning parsers: null for an empty part.
+        ReasoningSplitter split(ctx_.reasoning_parser);
+        ReasoningPiece a = split.Push(c.text), b = split.Flush();
+        const std::string reasoning = a.reasoning + b.reasoning, content = a.content + b.content;
+        message["content"] = content.empty() ? ojson(nullptr) : ojson(content);
+        message["reasoning_content"] = reasoning.empty() ? ojson(nullptr) : ojson(reasoning);
+      }
       choice["message"] = std::move(message);
       choice["logprobs"] =
           ctx_.logprobs ? fmt.Chat(c.logprobs) : ojson(nullptr);

@@ -81,6 +81,7 @@ ResponseContext ResponseContext::From(const ParsedRequest& req, std::string id,
   c.top_logprobs = req.top_logprobs;
   c.as_token_ids = req.return_tokens_as_token_ids;
   c.include_usage = req.include_usage;
+  c.reasoning_parser = req.reasoning_parser;
   return c;
 }
 

@@ -41,6 +41,7 @@ struct ResponseContext {
   int32_t top_logprobs = 0;
   bool as_token_ids = false;
   bool include_usage = false;
+  ReasoningParser reasoning_parser = ReasoningParser::kNone;  // chat answers
 
   static ResponseContext From(const ParsedRequest& req, std::string id,
                               int64_t created);

@@ -9,7 +9,11 @@ SseStream::SseStream(const ResponseContext& ctx,
                      const TextProcessor& tp)
     : ctx_(ctx), tp_(tp) {
   choices_.reserve(prompts.size());
-  for (const PromptInput& p : prompts) choices_.emplace_back(ctx, p);
+  for (const PromptInput& p : prompts) {
+    choices_.emplace_back(ctx, p);
+    splitters_.emplace_back(ctx.endpoint == Endpoint::kChat ? ctx.reasoning_parser
+                                                            : ReasoningParser::kNone);
+  }
 }
 
 std::string SseStream::Frame(const ojson& chunk) {
@@ -57,18 +61,30 @@ std::string SseStream::Event(size_t index, const GenerationEvent& e) {
   ChoiceState& state = choices_[index];
   ChoiceDelta d = state.Apply(e, tp_);
   const bool has_logprobs = ctx_.logprobs && !d.logprobs.empty();
-  if (d.text.empty() && !has_logprobs && !d.finished) return "";
+  // The text's reasoning and content parts (all content without a parser).
+  ReasoningPiece piece = splitters_[index].Push(d.text);
+  if (d.finished) {
+    ReasoningPiece rest = splitters_[index].Flush();
+    piece.reasoning += rest.reasoning;
+    piece.content += rest.content;
+  }
+  if (piece.reasoning.empty() && piece.content.empty() && !has_logprobs && !d.finished) {
+    return "";
+  }
 
   LogprobFormatter fmt(tp_, ctx_);
   ojson choice;
   choice["index"] = index;
   if (ctx_.endpoint == Endpoint::kChat) {
     ojson delta = ojson::object();
-    if (!d.text.empty() || has_logprobs) delta["content"] = d.text;
+    if (!piece.reasoning.empty()) delta["reasoning_content"] = piece.reasoning;
+    if (!piece.content.empty() || (has_logprobs && piece.reasoning.empty())) {
+      delta["content"] = piece.content;
+    }
     choice["delta"] = std::move(delta);
     choice["logprobs"] = has_logprobs ? fmt.Chat(d.logprobs) : ojson(nullptr);
   } else {
-    choice["text"] = d.text;
+    choice["text"] = piece.content;
     if (has_logprobs) {
       int64_t offset = state.text_offset();
       choice["logprobs"] = fmt.Completion(d.logprobs, &offset);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "coordinator/frontend/api_error.h"
+#include "coordinator/frontend/reasoning_splitter.h"
 #include "coordinator/frontend/response_common.h"
 
 namespace tandem::frontend {
@@ -43,6 +44,7 @@ class SseStream {
   const ResponseContext& ctx_;
   const TextProcessor& tp_;
   std::vector<ChoiceState> choices_;
+  std::vector<ReasoningSplitter> splitters_;  // one per choice
 };
 
 }  // namespace tandem::frontend
