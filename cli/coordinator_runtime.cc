@@ -212,6 +212,13 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                   "Split chat answers into reasoning_content and content at </think>: qwen3 or "
                   "deepseek_r1 (vLLM's names)")
       ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
+  cmd->add_option("--tool-call-parser", o.tool_call_parser,
+                  "Return the <tool_call> blocks of chat answers to requests with tools as "
+                  "message.tool_calls: hermes (Hermes, Qwen2.5, Qwen3; vLLM's name)")
+      ->check(CLI::IsMember({"hermes"}));
+  cmd->add_flag("--enable-auto-tool-choice", o.enable_auto_tool_choice,
+                "Accepted as vLLM's: tool_choice \"auto\" is always served; "
+                "--tool-call-parser turns the parsing on");
   cmd->add_option("--policy", o.policy,
                   "A planner policy to execute: `tandem plan --json` output (its best policy) or "
                   "a Policy as JSON, of any schedule family. It sets the CPU rows and streamed "
@@ -572,6 +579,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
   ho.parse.vocab_size = cfg.vocab_size;
   TANDEM_ASSIGN_OR_RETURN(ho.parse.reasoning_parser,
                           frontend::ParseReasoningParser(o.reasoning_parser));
+  TANDEM_ASSIGN_OR_RETURN(ho.parse.tool_call_parser,
+                          frontend::ParseToolCallParser(o.tool_call_parser));
   TANDEM_ASSIGN_OR_RETURN(p->http, frontend::HttpServer::Create(ho, p->backend.get(),
                                                                 p->text.get(), p->metrics.get()));
   TANDEM_RETURN_IF_ERROR(p->http->Start());

@@ -47,6 +47,8 @@ struct CoordinatorOptions {
   int64_t kv_blocks = 0;
   std::string chat_template;  // a file
   std::string reasoning_parser;  // "", qwen3, deepseek_r1
+  std::string tool_call_parser;  // "", hermes
+  bool enable_auto_tool_choice = false;  // vLLM's flag; accepted, changes nothing
   // A planner policy (`tandem plan --json` output or a bare Policy): see
   // ApplyPolicyFile. What it sets lands in the fields above and in these
   // two, which take the place of --cpu-ffn-fraction and

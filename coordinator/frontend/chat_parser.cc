@@ -203,6 +203,10 @@ absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body,
 
   TANDEM_ASSIGN_OR_RETURN(ChatTemplateOptions topts,
                           ParseTemplateOptions(r, messages));
+  // Tools offered (and tool_choice not "none"): the answer may call them.
+  if (topts.tools.is_array() && !topts.tools.empty()) {
+    out.tool_call_parser = options.tool_call_parser;
+  }
   TANDEM_ASSIGN_OR_RETURN(auto add_special, r.Bool("add_special_tokens"));
 
   auto rendered = text.ApplyChatTemplate(messages, topts);

@@ -186,6 +186,69 @@ TEST(FrontendServerTest, ReasoningParserSplitsChatAnswers) {
   EXPECT_EQ(Json(r->body)["choices"][0]["text"], bo.reply);
 }
 
+// --tool-call-parser hermes: the answer's <tool_call> blocks come back as
+// tool_calls (finish_reason "tool_calls"), whole and streamed, to requests
+// that offer tools; without tools the text is content as generated.
+TEST(FrontendServerTest, ToolCallParserReturnsToolCalls) {
+  TestServer ts;
+  HttpServerOptions so;
+  so.parse.tool_call_parser = ToolCallParser::kHermes;
+  FakeBackend::Options bo;
+  bo.reply =
+      "Checking.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>";
+  ASSERT_TRUE(ts.Start(so, bo));
+  const std::string tools =
+      R"("max_tokens":200,"tools":[{"type":"function","function":{"name":"get_weather",)"
+      R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])";
+  auto r = ts.Client()->Post("/v1/chat/completions", ChatBody(tools), kJsonType);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json choice = Json(r->body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["content"], "Checking.");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << r->body;
+  const json& call = choice["message"]["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()),
+            json::parse(R"({"city":"Paris"})"));
+  EXPECT_EQ(call["id"].get<std::string>().rfind("chatcmpl-tool-", 0), 0u);
+
+  r = ts.Client()->Post("/v1/chat/completions", ChatBody(tools + R"(,"stream":true)"), kJsonType);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::string content, name, arguments, finish;
+  bool framed = false;
+  for (const std::string& e : SseData(r->body, &framed)) {
+    if (e == "[DONE]") break;
+    const json c = Json(e)["choices"][0];
+    if (c["delta"].contains("content")) content += c["delta"]["content"];
+    if (c["delta"].contains("tool_calls")) {
+      for (const json& d : c["delta"]["tool_calls"]) {
+        EXPECT_EQ(d["index"], 0);
+        name += d["function"]["name"].get<std::string>();
+        arguments += d["function"]["arguments"].get<std::string>();
+      }
+    }
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+  }
+  EXPECT_TRUE(framed);
+  EXPECT_EQ(content, "Checking.");
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(json::parse(arguments), json::parse(R"({"city":"Paris"})"));
+  EXPECT_EQ(finish, "tool_calls");
+
+  // No tools offered (or tool_choice "none"): the text as generated.
+  for (const std::string extra :
+       {std::string(R"("max_tokens":200)"), tools + R"(,"tool_choice":"none")"}) {
+    r = ts.Client()->Post("/v1/chat/completions", ChatBody(extra), kJsonType);
+    ASSERT_EQ(r->status, 200) << r->body;
+    choice = Json(r->body)["choices"][0];
+    EXPECT_EQ(choice["message"]["content"], bo.reply) << extra;
+    EXPECT_FALSE(choice["message"].contains("tool_calls")) << extra;
+    EXPECT_EQ(choice["finish_reason"], "stop") << extra;
+  }
+}
+
 TEST(FrontendServerTest, ChatStreamingFraming) {
   TestServer ts;
   ASSERT_TRUE(ts.Start());

@@ -18,6 +18,7 @@
 #include "coordinator/frontend/generation_backend.h"
 #include "coordinator/frontend/json_fields.h"
 #include "coordinator/frontend/reasoning_splitter.h"
+#include "coordinator/frontend/tool_call_extractor.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::frontend {
@@ -38,6 +39,9 @@ struct ParseOptions {
   SamplingOptions defaults;
   // Chat answers split into reasoning_content and content (--reasoning-parser).
   ReasoningParser reasoning_parser = ReasoningParser::kNone;
+  // Tool calls parsed out of chat answers to requests with tools
+  // (--tool-call-parser).
+  ToolCallParser tool_call_parser = ToolCallParser::kNone;
 };
 
 struct PromptInput {
@@ -56,6 +60,7 @@ struct ParsedRequest {
   int32_t top_logprobs = 0;    // alternatives per token when logprobs
   bool return_tokens_as_token_ids = false;  // log-prob tokens read "token_id:N"
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // chat only
+  ToolCallParser tool_call_parser = ToolCallParser::kNone;    // chat with tools only
   // One per choice: /v1/completions takes a list of prompts; chat has one.
   std::vector<PromptInput> prompts;
   // Shared by every prompt; max_tokens is per prompt (PromptInput).

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "coordinator/frontend/reasoning_splitter.h"
+#include "coordinator/frontend/tool_call_extractor.h"
 
 namespace tandem::frontend {
 
@@ -56,21 +57,29 @@ std::string ResponseBuilder::Json() const {
   ojson choices = ojson::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
+    bool tool_calls = false;
     ojson choice;
     choice["index"] = i;
     if (chat) {
       ojson message;
       message["role"] = "assistant";
-      if (ctx_.reasoning_parser == ReasoningParser::kNone) {
-        message["content"] = c.text;
-      } else {
-        // As vLLM's reasoning parsers: null for an empty part.
-        ReasoningSplitter split(ctx_.reasoning_parser);
-        ReasoningPiece a = split.Push(c.text), b = split.Flush();
-        const std::string reasoning = a.reasoning + b.reasoning, content = a.content + b.content;
-        message["content"] = content.empty() ? ojson(nullptr) : ojson(content);
+      // The answer's reasoning (--reasoning-parser) and tool calls
+      // (--tool-call-parser) come out of its text; as vLLM's parsers, an
+      // empty part reads null once either parser is on.
+      ReasoningSplitter split(ctx_.reasoning_parser);
+      ReasoningPiece a = split.Push(c.text), b = split.Flush();
+      const std::string reasoning = a.reasoning + b.reasoning;
+      ToolCallExtractor extract(ctx_.tool_call_parser);
+      std::vector<ToolCall> calls;
+      std::string content = extract.Push(a.content + b.content);
+      content += extract.Finish(&calls);
+      const bool parsed = ctx_.reasoning_parser != ReasoningParser::kNone || !calls.empty();
+      message["content"] = parsed && content.empty() ? ojson(nullptr) : ojson(content);
+      if (ctx_.reasoning_parser != ReasoningParser::kNone) {
         message["reasoning_content"] = reasoning.empty() ? ojson(nullptr) : ojson(reasoning);
       }
+      if (!calls.empty()) message["tool_calls"] = ToolCallsJson(calls, /*with_index=*/false);
+      tool_calls = !calls.empty();
       choice["message"] = std::move(message);
       choice["logprobs"] =
           ctx_.logprobs ? fmt.Chat(c.logprobs) : ojson(nullptr);
@@ -80,8 +89,9 @@ std::string ResponseBuilder::Json() const {
       choice["logprobs"] =
           ctx_.logprobs ? fmt.Completion(c.logprobs, &offset) : ojson(nullptr);
     }
-    choice["finish_reason"] =
-        c.finish_reason.empty() ? ojson(nullptr) : ojson(c.finish_reason);
+    choice["finish_reason"] = tool_calls                ? ojson("tool_calls")
+                              : c.finish_reason.empty() ? ojson(nullptr)
+                                                        : ojson(c.finish_reason);
     choice["stop_reason"] = c.stop_reason;
     choices.push_back(std::move(choice));
   }

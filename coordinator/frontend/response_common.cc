@@ -82,6 +82,7 @@ ResponseContext ResponseContext::From(const ParsedRequest& req, std::string id,
   c.as_token_ids = req.return_tokens_as_token_ids;
   c.include_usage = req.include_usage;
   c.reasoning_parser = req.reasoning_parser;
+  c.tool_call_parser = req.tool_call_parser;
   return c;
 }
 

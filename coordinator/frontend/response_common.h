@@ -42,6 +42,7 @@ struct ResponseContext {
   bool as_token_ids = false;
   bool include_usage = false;
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // chat answers
+  ToolCallParser tool_call_parser = ToolCallParser::kNone;    // chat answers
 
   static ResponseContext From(const ParsedRequest& req, std::string id,
                               int64_t created);

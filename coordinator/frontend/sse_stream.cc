@@ -13,6 +13,8 @@ SseStream::SseStream(const ResponseContext& ctx,
     choices_.emplace_back(ctx, p);
     splitters_.emplace_back(ctx.endpoint == Endpoint::kChat ? ctx.reasoning_parser
                                                             : ReasoningParser::kNone);
+    extractors_.emplace_back(ctx.endpoint == Endpoint::kChat ? ctx.tool_call_parser
+                                                             : ToolCallParser::kNone);
   }
 }
 
@@ -68,6 +70,10 @@ std::string SseStream::Event(size_t index, const GenerationEvent& e) {
     piece.reasoning += rest.reasoning;
     piece.content += rest.content;
   }
+  // Content up to a tool call streams; the calls come whole at the end.
+  piece.content = extractors_[index].Push(piece.content);
+  std::vector<ToolCall> calls;
+  if (d.finished) piece.content += extractors_[index].Finish(&calls);
   if (piece.reasoning.empty() && piece.content.empty() && !has_logprobs && !d.finished) {
     return "";
   }
@@ -81,6 +87,7 @@ std::string SseStream::Event(size_t index, const GenerationEvent& e) {
     if (!piece.content.empty() || (has_logprobs && piece.reasoning.empty())) {
       delta["content"] = piece.content;
     }
+    if (!calls.empty()) delta["tool_calls"] = ToolCallsJson(calls, /*with_index=*/true);
     choice["delta"] = std::move(delta);
     choice["logprobs"] = has_logprobs ? fmt.Chat(d.logprobs) : ojson(nullptr);
   } else {
@@ -93,8 +100,9 @@ std::string SseStream::Event(size_t index, const GenerationEvent& e) {
       choice["logprobs"] = nullptr;
     }
   }
-  choice["finish_reason"] =
-      d.finished ? ojson(d.finish_reason) : ojson(nullptr);
+  choice["finish_reason"] = !calls.empty() ? ojson("tool_calls")
+                            : d.finished   ? ojson(d.finish_reason)
+                                           : ojson(nullptr);
   choice["stop_reason"] = d.stop_reason;
   return Frame(Chunk(ojson::array({std::move(choice)}), ctx_.include_usage));
 }

@@ -16,6 +16,7 @@
 #include "coordinator/frontend/api_error.h"
 #include "coordinator/frontend/reasoning_splitter.h"
 #include "coordinator/frontend/response_common.h"
+#include "coordinator/frontend/tool_call_extractor.h"
 
 namespace tandem::frontend {
 
@@ -45,6 +46,7 @@ class SseStream {
   const TextProcessor& tp_;
   std::vector<ChoiceState> choices_;
   std::vector<ReasoningSplitter> splitters_;  // one per choice
+  std::vector<ToolCallExtractor> extractors_;  // one per choice
 };
 
 }  // namespace tandem::frontend

@@ -2,7 +2,9 @@
 // byte-level tokenizer, for API conformance checks with real clients
 // (tests/openai_client_check.py). Usage:
 //   tandem_fake_openai_server [--port N] [--api-key KEY] [--step-ms MS]
-//                             [--model NAME]
+//                             [--model NAME] [--reply TEXT]
+//                             [--reasoning-parser qwen3|deepseek_r1]
+//                             [--tool-call-parser hermes]
 // Prints "listening on 127.0.0.1:PORT" and serves until SIGINT/SIGTERM.
 #include <csignal>
 #include <cstdio>
@@ -33,6 +35,23 @@ int main(int argc, char** argv) {
           std::chrono::milliseconds(std::atoi(value.c_str()));
     } else if (flag == "--model") {
       options.parse.served_model_names = {value};
+    } else if (flag == "--reply") {
+      backend_options.reply = value;
+    } else if (flag == "--reasoning-parser" || flag == "--tool-call-parser") {
+      absl::Status s;
+      if (flag == "--reasoning-parser") {
+        auto p = ParseReasoningParser(value);
+        s = p.status();
+        if (p.ok()) options.parse.reasoning_parser = *p;
+      } else {
+        auto p = ParseToolCallParser(value);
+        s = p.status();
+        if (p.ok()) options.parse.tool_call_parser = *p;
+      }
+      if (!s.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
