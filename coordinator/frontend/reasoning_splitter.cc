@@ -1,22 +1,13 @@
 #include "coordinator/frontend/reasoning_splitter.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
+#include "coordinator/frontend/partial_tag.h"
 
 namespace tandem::frontend {
 namespace {
 
 constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
-
-// Length of the longest suffix of `s` that is a proper prefix of `tag`.
-size_t PartialTagSuffix(std::string_view s, std::string_view tag) {
-  for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n) {
-    if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -28,12 +19,11 @@ absl::StatusOr<ReasoningParser> ParseReasoningParser(std::string_view name) {
       "--reasoning-parser must be qwen3 or deepseek_r1, got '", std::string(name), "'"));
 }
 
+// DeepSeek-R1's template opened the reasoning; its start state still drops a
+// "<think>" the model writes again.
 ReasoningSplitter::ReasoningSplitter(ReasoningParser parser)
-    : state_(parser == ReasoningParser::kNone ? State::kContent : State::kStart) {
-  // DeepSeek-R1's template opened the reasoning; the start state below
-  // still drops a "<think>" the model writes again.
-  deepseek_ = parser == ReasoningParser::kDeepSeekR1;
-}
+    : state_(parser == ReasoningParser::kNone ? State::kContent : State::kStart),
+      deepseek_(parser == ReasoningParser::kDeepSeekR1) {}
 
 void ReasoningSplitter::Emit(std::string_view text, ReasoningPiece* out) const {
   (state_ == State::kContent ? out->content : out->reasoning) += text;

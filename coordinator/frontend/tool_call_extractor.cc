@@ -1,10 +1,10 @@
 #include "coordinator/frontend/tool_call_extractor.h"
 
-#include <algorithm>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "coordinator/frontend/partial_tag.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::frontend {
@@ -12,13 +12,6 @@ namespace {
 
 constexpr std::string_view kOpen = "<tool_call>";
 constexpr std::string_view kClose = "</tool_call>";
-
-size_t PartialTagSuffix(std::string_view s, std::string_view tag) {
-  for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n) {
-    if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
 
 std::string_view TrimSpace(std::string_view s) {
   const size_t b = s.find_first_not_of(" \t\r\n");
