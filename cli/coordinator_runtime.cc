@@ -213,9 +213,11 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                   "deepseek_r1 (vLLM's names)")
       ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
   cmd->add_option("--tool-call-parser", o.tool_call_parser,
-                  "Return the <tool_call> blocks of chat answers to requests with tools as "
-                  "message.tool_calls: hermes (Hermes, Qwen2.5, Qwen3; vLLM's name)")
-      ->check(CLI::IsMember({"hermes"}));
+                  "Return the tool calls in chat answers to requests with tools as "
+                  "message.tool_calls, in the format of: hermes (<tool_call>: Hermes, Qwen2.5, "
+                  "Qwen3), mistral ([TOOL_CALLS]: Mistral, Mixtral-8x22B), llama3_json or "
+                  "llama4_json (JSON answers: Llama 3.1-3.3, Llama 4); vLLM's names")
+      ->check(CLI::IsMember({"hermes", "mistral", "llama3_json", "llama4_json"}));
   cmd->add_flag("--enable-auto-tool-choice", o.enable_auto_tool_choice,
                 "Accepted as vLLM's: tool_choice \"auto\" is always served; "
                 "--tool-call-parser turns the parsing on");
@@ -405,6 +407,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
   } else {
     p->text = std::make_unique<TokenIdTextProcessor>(cfg.vocab_size);
   }
+  TANDEM_ASSIGN_OR_RETURN(const frontend::ToolCallParser tool_call_parser,
+                          frontend::ParseToolCallParser(o.tool_call_parser));
+  // A parser keyed on a special token is useless with a model that has none
+  // (Mixtral-8x7B-Instruct has no [TOOL_CALLS]): say so now, as vLLM does,
+  // rather than answer every tool request with text.
+  const std::string_view call_token = frontend::ToolCallToken(tool_call_parser);
+  if (!call_token.empty() && p->tokenizer != nullptr &&
+      !p->tokenizer->TokenToId(call_token).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tool-call-parser ", o.tool_call_parser, ": the model's vocabulary has no ",
+                     std::string(call_token), " token, so it cannot call tools in that format"));
+  }
 
   TANDEM_ASSIGN_OR_RETURN(p->registry, coord::WorkerRegistry::Create());
   int registry_port = 0;
@@ -579,8 +593,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
   ho.parse.vocab_size = cfg.vocab_size;
   TANDEM_ASSIGN_OR_RETURN(ho.parse.reasoning_parser,
                           frontend::ParseReasoningParser(o.reasoning_parser));
-  TANDEM_ASSIGN_OR_RETURN(ho.parse.tool_call_parser,
-                          frontend::ParseToolCallParser(o.tool_call_parser));
+  ho.parse.tool_call_parser = tool_call_parser;
   TANDEM_ASSIGN_OR_RETURN(p->http, frontend::HttpServer::Create(ho, p->backend.get(),
                                                                 p->text.get(), p->metrics.get()));
   TANDEM_RETURN_IF_ERROR(p->http->Start());

@@ -87,5 +87,9 @@ check "--cpu-experts on a dense model is refused" \
   refused "the model has no routed experts" --cpu-experts all
 check "an empty --served-model-name is refused" \
   refused "--served-model-name: must not be empty" --served-model-name ""
+check "--tool-call-parser mistral without [TOOL_CALLS] in the vocabulary is refused" \
+  refused "vocabulary has no \[TOOL_CALLS\] token" --tool-call-parser mistral
+check "an unknown --tool-call-parser is refused" \
+  refused "tool-call-parser: pythonic not in" --tool-call-parser pythonic
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -206,6 +206,10 @@ absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body,
   // Tools offered (and tool_choice not "none"): the answer may call them.
   if (topts.tools.is_array() && !topts.tools.empty()) {
     out.tool_call_parser = options.tool_call_parser;
+    // Mistral calls start with the special token [TOOL_CALLS]: the answer is
+    // decoded with special tokens, whatever skip_special_tokens says (as in
+    // vLLM), or the calls could not be told from text.
+    if (!ToolCallToken(out.tool_call_parser).empty()) out.sampling.skip_special_tokens = false;
   }
   TANDEM_ASSIGN_OR_RETURN(auto add_special, r.Bool("add_special_tokens"));
 

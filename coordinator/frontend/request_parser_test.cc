@@ -400,6 +400,28 @@ TEST(FrontendParserTest, ChatToolChoiceNoneDropsTools) {
   EXPECT_EQ(r->prompts[0].text->find("<|tools|>"), std::string::npos);
 }
 
+// The parser is on only for requests that offer tools; mistral's, keyed on
+// the special token [TOOL_CALLS], then decodes with special tokens, whatever
+// the request says (as vLLM does).
+TEST(FrontendParserTest, ToolCallParserOnlyWithTools) {
+  const std::string tools = R"(,"tools":[{"type":"function","function":{"name":"f"}}])";
+  for (ToolCallParser parser :
+       {ToolCallParser::kHermes, ToolCallParser::kMistral, ToolCallParser::kLlama3Json}) {
+    ParseOptions o = Options();
+    o.tool_call_parser = parser;
+    const bool mistral = parser == ToolCallParser::kMistral;
+    for (const std::string& extra :
+         {tools, tools + R"(,"skip_special_tokens":true)", tools + R"(,"tool_choice":"none")",
+          std::string(), std::string(R"(,"tools":[])")}) {
+      auto r = Parse(Endpoint::kChat, "{" + Msgs() + extra + "}", o);
+      ASSERT_TRUE(r.ok()) << r.status();
+      const bool with_tools = extra.rfind(tools, 0) == 0 && extra.find("none") == std::string::npos;
+      EXPECT_EQ(r->tool_call_parser, with_tools ? parser : ToolCallParser::kNone) << extra;
+      EXPECT_EQ(r->sampling.skip_special_tokens, !(with_tools && mistral)) << extra;
+    }
+  }
+}
+
 TEST(FrontendParserTest, ContinueFinalMessage) {
   auto r = Parse(Endpoint::kChat, R"({"messages":[{"role":"user","content":"q"},
       {"role":"assistant","content":"partial"}],"continue_final_message":true})");

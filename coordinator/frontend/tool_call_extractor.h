@@ -1,19 +1,19 @@
-// Tool calls in a chat answer's content, as vLLM's `--tool-call-parser
-// hermes` finds them (Hermes, Qwen2.5, Qwen3 and others trained on its
-// format):
-//   Let me look.<tool_call>
-//   {"name": "get_weather", "arguments": {"location": "Paris"}}
-//   </tool_call>
-// Each <tool_call> block (the last may be cut off before </tool_call>) holds
-// a JSON object with a string "name" and "arguments" (an object, or a string
-// already holding JSON). The content before the first <tool_call> stays
-// content; the blocks become message.tool_calls and the finish reason
-// "tool_calls"; text after or between blocks is dropped. If any block is not
-// such an object, there are no tool calls and the whole text is content, as
-// in vLLM.
+// Tool calls in a chat answer's content, as vLLM's `--tool-call-parser`
+// finds them (the formats are in tool_call_formats.h). The content before
+// the first call stays content; the calls become message.tool_calls and the
+// finish reason "tool_calls"; text after or between calls is dropped. If the
+// calls do not parse, there are none and the whole text is content, as in
+// vLLM.
 //
-// Streaming: content is released as it comes up to a "<tool_call>" (a
-// possible partial tag at a piece's end is held back); from there on the
+// Where calls start: at the first <tool_call> (hermes) or [TOOL_CALLS]
+// (mistral) anywhere in the answer; for llama3_json only when the answer
+// itself starts (after blanks) with "{" or <|python_tag|>, the way Llama
+// answers with a call, so that prose holding JSON stays prose. vLLM applies
+// that rule when streaming; here it holds for whole answers too, so the two
+// always agree.
+//
+// Streaming: content is released as it comes up to where calls start (a
+// possible partial marker at a piece's end is held back); from there on the
 // text is held and the calls are released whole at the end, each in one
 // delta (OpenAI clients concatenate argument fragments, so one fragment is
 // the whole).
@@ -25,20 +25,21 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/frontend/tool_call_formats.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::frontend {
 
-enum class ToolCallParser { kNone, kHermes };
+enum class ToolCallParser { kNone, kHermes, kMistral, kLlama3Json };
 
-// "" (none) or "hermes"; InvalidArgument otherwise.
+// "" (none), "hermes", "mistral", "llama3_json" or "llama4_json" (the same
+// parser, as in vLLM); InvalidArgument otherwise.
 absl::StatusOr<ToolCallParser> ParseToolCallParser(std::string_view name);
 
-struct ToolCall {
-  std::string id;  // "chatcmpl-tool-<32 hex digits>"
-  std::string name;
-  std::string arguments;  // JSON text
-};
+// The special token the model writes to call a tool, when the parser needs
+// the answer decoded with special tokens (mistral's [TOOL_CALLS]); "" when
+// it does not.
+std::string_view ToolCallToken(ToolCallParser parser);
 
 // The OpenAI "tool_calls" list: [{"id", "type": "function", "function":
 // {"name", "arguments"}}], with "index" on each when `with_index` (deltas).
@@ -55,9 +56,14 @@ class ToolCallExtractor {
   std::string Finish(std::vector<ToolCall>* calls);
 
  private:
+  // Where calls start in `buf` (npos if not yet); `*keep` gets the bytes at
+  // its end to hold back until the next piece decides.
+  size_t CallsStart(std::string_view buf, size_t* keep);
+
   ToolCallParser parser_;
   bool in_calls_ = false;
-  std::string held_;  // a partial "<tool_call>", or (in_calls_) the calls' text
+  bool plain_ = false;  // llama3_json: the answer did not start with a call
+  std::string held_;    // a partial marker, or (in_calls_) the calls' text
 };
 
 }  // namespace tandem::frontend

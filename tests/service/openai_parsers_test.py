@@ -2,7 +2,8 @@
 client: reasoning_content, tool_calls and finish_reason "tool_calls" as the
 client's own types read them, whole and streamed. The answer comes from the
 fake backend (tandem_fake_openai_server --reply), since no test model writes
-<think> or <tool_call>.
+<think>, <tool_call>, [TOOL_CALLS] or Llama's JSON calls. Each of the three
+tool-call formats is served by its own fake server.
 
   run.sh openai_parsers_test.py BUILD/coordinator/frontend/tandem_fake_openai_server
 """
@@ -21,6 +22,69 @@ TOOLS = [{"type": "function", "function": {
     "name": "get_weather",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
 MESSAGES = [{"role": "user", "content": "Weather?"}]
+
+
+ARGS = {"city": "Zürich", "days": [1, 2]}
+# --tool-call-parser NAME: (the answer, its content as the client reads it,
+# a check of the call's id).
+FORMATS = {
+    "mistral": ('Sure.[TOOL_CALLS] [{"name": "get_weather", "arguments": '
+                '{"city": "Zürich", "days": [1, 2]}}]', "Sure.",
+                lambda i: len(i) == 9 and i.isalnum()),
+    "llama3_json": ('<|python_tag|>{"name": "get_weather", "parameters": '
+                    '{"city": "Zürich", "days": [1, 2]}}', None,
+                    lambda i: i.startswith("chatcmpl-tool-")),
+}
+
+
+def start(server, reply, *flags):
+    proc = subprocess.Popen([server, "--port", "0", "--reply", reply, *flags],
+                            stdout=subprocess.PIPE, text=True)
+    port = int(proc.stdout.readline().rsplit(":", 1)[1])
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
+                           max_retries=0, timeout=30)
+    return proc, client
+
+
+def streamed_answer(client):
+    content, finish, calls = "", None, {}
+    for chunk in client.chat.completions.create(model="fake-model", messages=MESSAGES,
+                                                tools=TOOLS, max_tokens=150, stream=True):
+        if not chunk.choices:
+            continue
+        d = chunk.choices[0].delta
+        content += d.content or ""
+        for tc in d.tool_calls or []:
+            e = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+            e["id"] += tc.id or ""
+            e["name"] += tc.function.name or ""
+            e["arguments"] += tc.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    return content, finish, calls
+
+
+def check_format(server, checks, parser, reply, want_content, id_ok):
+    proc, client = start(server, reply, "--tool-call-parser", parser)
+    try:
+        r = client.chat.completions.create(model="fake-model", messages=MESSAGES, tools=TOOLS,
+                                           max_tokens=150)
+        choice, m = r.choices[0], r.choices[0].message
+        calls = m.tool_calls or []
+        checks.check(f"{parser}: one call, finish_reason tool_calls, content {want_content!r}",
+                     choice.finish_reason == "tool_calls" and m.content == want_content
+                     and len(calls) == 1 and calls[0].function.name == "get_weather"
+                     and json.loads(calls[0].function.arguments) == ARGS, m)
+        checks.check(f"{parser}: the call's id has the model's form",
+                     bool(calls) and id_ok(calls[0].id), calls)
+        content, finish, streamed = streamed_answer(client)
+        checks.check(f"{parser}: streamed, the same content, call and finish_reason",
+                     content == (want_content or "") and finish == "tool_calls"
+                     and list(streamed) == [0] and streamed[0]["name"] == "get_weather"
+                     and id_ok(streamed[0]["id"])
+                     and json.loads(streamed[0]["arguments"]) == ARGS, (content, finish, streamed))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def main():
@@ -80,6 +144,8 @@ def main():
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+    for parser, (reply, want_content, id_ok) in FORMATS.items():
+        check_format(server, checks, parser, reply, want_content, id_ok)
     checks.finish()
 
 
