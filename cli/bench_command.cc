@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/bench_prediction.h"
+#include "cli/flag_sources.h"
 #include "common/hardware_profile.h"
 #include "common/status_macros.h"
 #include "gpu_worker/bench/bench_runner.h"
@@ -215,7 +216,7 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchCommandOptions& o) {
 int RunBench(const BenchCommandOptions& opts) {
   const absl::Status s = Run(opts);
   if (!s.ok()) {
-    std::fprintf(stderr, "tandem bench: %s\n", std::string(s.message()).c_str());
+    PrintCommandError("tandem bench", s);
     return 1;
   }
   return 0;

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "absl/time/clock.h"
+#include "cli/flag_sources.h"
 
 namespace tandem::cli {
 namespace {
@@ -33,7 +34,7 @@ int RunCoordinator(const CoordinatorOptions& opts) {
   std::signal(SIGPIPE, SIG_IGN);
   CoordinatorOptions o = opts;
   if (absl::Status s = ApplyPolicyFile(&o); !s.ok()) {
-    std::fprintf(stderr, "tandem coordinator: %s\n", std::string(s.message()).c_str());
+    PrintCommandError("tandem coordinator", s);
     return 1;
   }
   if ((o.cpu_experts != "none" || o.cpu_kv_blocks > 0) && o.rings.empty()) {
@@ -41,7 +42,7 @@ int RunCoordinator(const CoordinatorOptions& opts) {
   }
   absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> rt = CoordinatorRuntime::Start(o);
   if (!rt.ok()) {
-    std::fprintf(stderr, "tandem coordinator: %s\n", std::string(rt.status().message()).c_str());
+    PrintCommandError("tandem coordinator", rt.status());
     return 1;
   }
   std::printf("registry on %s\n", (*rt)->registry_address().c_str());

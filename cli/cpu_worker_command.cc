@@ -8,8 +8,11 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "cli/flag_sources.h"
 #include "common/checkpoint.h"
 #include "common/shm/expert_weight_store.h"
 #include "common/shm/huge_pages.h"
@@ -19,8 +22,6 @@
 #include "cpu_worker/service/expert_server.h"
 #include "gpu_worker/engine/sharded_expert_offload.h"
 #include "gpu_worker/service/registration.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 
 namespace tandem::cli {
 namespace {
@@ -196,7 +197,7 @@ CLI::App* AddCpuWorkerCommand(CLI::App& app, CpuWorkerOptions& o) {
 int RunCpuWorker(const CpuWorkerOptions& opts) {
   const absl::Status s = Run(opts);
   if (!s.ok()) {
-    std::fprintf(stderr, "tandem cpu-worker: %s\n", std::string(s.message()).c_str());
+    PrintCommandError("tandem cpu-worker", s);
     return 1;
   }
   return 0;

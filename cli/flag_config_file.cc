@@ -124,7 +124,8 @@ void AddConfigFlag(CLI::App& app) {
   }
 }
 
-absl::Status ApplyConfigFile(const CLI::App& app, std::vector<std::string>* args) {
+absl::Status ApplyConfigFile(const CLI::App& app, std::vector<std::string>* args,
+                             AppliedConfig* applied) {
   if (args->empty()) return absl::OkStatus();
   const CLI::App* sub = nullptr;
   for (const CLI::App* s : app.get_subcommands({})) {
@@ -169,7 +170,12 @@ absl::Status ApplyConfigFile(const CLI::App& app, std::vector<std::string>* args
     }
     env.emplace_back(FlagEnvironmentName(opt->get_lnames().front()), value);
   }
-  for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
+  if (applied != nullptr) applied->file = file;
+  for (const auto& [name, value] : env) {
+    if (getenv(name.c_str()) != nullptr) continue;  // the environment wins
+    setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
+    if (applied != nullptr) applied->variables.push_back(name);
+  }
   return absl::OkStatus();
 }
 

@@ -31,11 +31,19 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseFlagConfig
 // Adds `--config FILE` to every subcommand of `app` (so that --help lists it).
 void AddConfigFlag(CLI::App& app);
 
+// What ApplyConfigFile set: the file and the variables it set (those the
+// environment did not set already), for error messages (flag_sources.h).
+struct AppliedConfig {
+  std::string file;
+  std::vector<std::string> variables;
+};
+
 // Takes `--config FILE` (or --config=FILE) out of argv, after the subcommand,
 // and sets the TANDEM_ARG_ variable of each key not already set, so that the
 // environment and the command line win. `app` names the subcommands and their
 // flags; an unknown subcommand is left for the parser to report.
-absl::Status ApplyConfigFile(const CLI::App& app, std::vector<std::string>* args);
+absl::Status ApplyConfigFile(const CLI::App& app, std::vector<std::string>* args,
+                             AppliedConfig* applied = nullptr);
 
 }  // namespace tandem::cli
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cli/child_process.h"
+#include "cli/flag_sources.h"
 #include "common/checkpoint.h"
 #include "common/status_macros.h"
 #include "common/tokenizer/tokenizer.h"
@@ -276,7 +277,7 @@ CLI::App* AddGenerateCommand(CLI::App& app, GenerateOptions& o) {
 int RunGenerate(const GenerateOptions& opts) {
   const absl::Status s = Run(opts);
   if (!s.ok()) {
-    std::fprintf(stderr, "tandem generate: %s\n", std::string(s.message()).c_str());
+    PrintCommandError("tandem generate", s);
     return 1;
   }
   return 0;

@@ -1,8 +1,8 @@
 #include "cli/gpu_worker_command.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <signal.h>
-#include <omp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,9 +12,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "cli/flag_sources.h"
 #include "common/status_macros.h"
-#include "gpu_worker/service/registration.h"
 #include "gpu_worker/device_spec.h"
+#include "gpu_worker/service/registration.h"
 #include "gpu_worker/service/worker_service.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -140,7 +141,7 @@ CLI::App* AddGpuWorkerCommand(CLI::App& app, GpuWorkerOptions& o) {
 int RunGpuWorker(const GpuWorkerOptions& opts) {
   const absl::Status s = Run(opts);
   if (!s.ok()) {
-    std::fprintf(stderr, "tandem gpu-worker: %s\n", std::string(s.message()).c_str());
+    PrintCommandError("tandem gpu-worker", s);
     return 1;
   }
   return 0;

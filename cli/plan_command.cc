@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cli/flag_sources.h"
 #include "common/checkpoint.h"
 #include "common/hardware_profile.h"
 #include "common/json_util.h"
@@ -143,7 +144,7 @@ CLI::App* AddPlanCommand(CLI::App& app, PlanCommandOptions& o) {
 int RunPlan(const PlanCommandOptions& o) {
   const absl::Status s = Run(o);
   if (!s.ok()) {
-    std::fprintf(stderr, "tandem plan: %s\n", std::string(s.message()).c_str());
+    PrintCommandError("tandem plan", s);
     return 1;
   }
   return 0;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cli/child_process.h"
+#include "cli/flag_sources.h"
 #include "cli/openmp_environment.h"
 #include "common/shm/shm_segment.h"
 #include "common/status_macros.h"
@@ -136,7 +137,7 @@ CLI::App* AddServeCommand(CLI::App& app, ServeOptions& o) {
 int RunServe(const ServeOptions& opts) {
   const absl::Status s = Run(opts);
   if (!s.ok()) {
-    std::fprintf(stderr, "tandem serve: %s\n", std::string(s.message()).c_str());
+    PrintCommandError("tandem serve", s);
     return 1;
   }
   return 0;

@@ -11,6 +11,7 @@
 #include "cli/cpu_worker_command.h"
 #include "cli/flag_config_file.h"
 #include "cli/flag_environment.h"
+#include "cli/flag_sources.h"
 #include "cli/generate_command.h"
 #include "cli/gpu_worker_command.h"
 #include "cli/openmp_environment.h"
@@ -41,16 +42,29 @@ int main(int argc, char** argv) {
   tandem::cli::AddConfigFlag(app);
   tandem::cli::BindFlagsToEnvironment(app);
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (absl::Status s = tandem::cli::ApplyConfigFile(app, &args); !s.ok()) {
+  tandem::cli::AppliedConfig config;
+  if (absl::Status s = tandem::cli::ApplyConfigFile(app, &args, &config); !s.ok()) {
     std::fprintf(stderr, "tandem: %s\n", std::string(s.message()).c_str());
     return 1;
+  }
+  // Flags set by TANDEM_ARG_ variables or the config file, named in errors.
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    if (!args.empty() && sub->get_name() == args[0]) {
+      tandem::cli::RecordFlagSources(
+          tandem::cli::FindFlagSources(*sub, args, config.file, config.variables));
+    }
   }
   std::vector<char*> parsed_argv = {argv[0]};
   for (std::string& a : args) parsed_argv.push_back(a.data());
   try {
     app.parse(static_cast<int>(parsed_argv.size()), parsed_argv.data());
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);  // CLI11 reports bad flags through exceptions; they stop here
+    const int rc = app.exit(e);  // CLI11 reports bad flags through exceptions; they stop here
+    std::fputs(
+        tandem::cli::ExplainFlagSources("tandem", e.what(), tandem::cli::RecordedFlagSources())
+            .c_str(),
+        stderr);
+    return rc;
   }
   // The AMX probe forks a child: do it while this process is small and has
   // no threads beyond OpenMP's, not at the first decode batch after the

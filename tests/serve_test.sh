@@ -91,5 +91,15 @@ check "--tool-call-parser mistral without [TOOL_CALLS] in the vocabulary is refu
   refused "vocabulary has no \[TOOL_CALLS\] token" --tool-call-parser mistral
 check "an unknown --tool-call-parser is refused" \
   refused "tool-call-parser: pythonic not in" --tool-call-parser pythonic
+# A value from a TANDEM_ARG_ variable or a --config file is named as such.
+export TANDEM_ARG_MAX_NUM_SEQS=0
+check "an error names the variable that set the flag" \
+  refused "--max-num-seqs=0 was set by TANDEM_ARG_MAX_NUM_SEQS"
+unset TANDEM_ARG_MAX_NUM_SEQS
+CONFIG=$(mktemp --suffix .yaml)
+printf 'max-num-seqs: 0\n' >"$CONFIG"
+check "an error names the config file that set the flag" \
+  refused "--max-num-seqs=0 was set by --config $CONFIG" --config "$CONFIG"
+rm -f "$CONFIG"
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
