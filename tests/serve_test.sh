@@ -36,6 +36,23 @@ CHAT=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
 echo "chat: $CHAT"
 check "chat answer names Paris" grep -q "Paris" <<<"$CHAT"
 
+# /tokenize counts what the chat endpoint sends the model; /detokenize inverts it.
+TOK=$(curl -s "$URL/tokenize" -H 'Content-Type: application/json' \
+  -d '{"model":"smollm2","messages":[{"role":"user","content":"What is the capital of France?"}]}')
+TOK_COUNT=$(python3 -c "import sys,json;print(json.loads(sys.argv[1])['count'])" "$TOK" 2>/dev/null)
+CHAT_PROMPT=$(python3 -c "import sys,json;print(json.loads(sys.argv[1])['usage']['prompt_tokens'])" "$CHAT" 2>/dev/null)
+check "/tokenize of the messages counts the chat's prompt tokens ($TOK_COUNT vs $CHAT_PROMPT)" \
+  test -n "$TOK_COUNT" -a "$TOK_COUNT" = "$CHAT_PROMPT"
+TEXT='Tokens: naïve café, 12345 — ok?'
+IDS=$(curl -s "$URL/tokenize" -H 'Content-Type: application/json' \
+  -d "{\"prompt\":\"$TEXT\",\"add_special_tokens\":false}" |
+  python3 -c "import sys,json;print(json.dumps(json.load(sys.stdin)['tokens']))" 2>/dev/null)
+BACK=$(curl -s "$URL/detokenize" -H 'Content-Type: application/json' -d "{\"tokens\":${IDS:-null}}" |
+  python3 -c "import sys,json;print(json.load(sys.stdin)['prompt'])" 2>/dev/null)
+check "/detokenize inverts /tokenize ('$BACK')" test "$BACK" = "$TEXT"
+code=$(curl -s -o /dev/null -w '%{http_code}' "$URL/detokenize" -H 'Content-Type: application/json' -d '{"tokens":[99999999]}')
+check "/detokenize of an id out of the vocabulary is 400 ($code)" test "$code" = 400
+
 STREAM=$(curl -sN "$URL/v1/completions" -H 'Content-Type: application/json' \
   -d '{"model":"smollm2","prompt":"The capital of France is","max_tokens":8,"temperature":0,"stream":true}')
 check "stream ends with [DONE]" grep -q '^data: \[DONE\]' <<<"$STREAM"

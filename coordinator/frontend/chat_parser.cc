@@ -164,6 +164,29 @@ absl::StatusOr<ChatTemplateOptions> ParseTemplateOptions(const FieldReader& r,
 
 }  // namespace
 
+absl::StatusOr<RenderedChat> RenderChatPrompt(const json& body, const TextProcessor& text) {
+  if (!body.is_object()) {
+    return WrongType("body", "a JSON object", JsonTypeName(body));
+  }
+  FieldReader r(body);
+  TANDEM_ASSIGN_OR_RETURN(json messages, NormalizeMessages(r.Find("messages")));
+  TANDEM_ASSIGN_OR_RETURN(ChatTemplateOptions topts, ParseTemplateOptions(r, messages));
+  auto rendered = text.ApplyChatTemplate(messages, topts);
+  if (!rendered.ok()) {
+    absl::Status s = rendered.status();
+    if (s.code() == absl::StatusCode::kInvalidArgument) {
+      if (!ParamOf(s)) s = WithParam(s, "messages");
+      if (!CodeOf(s)) s = WithCode(s, "invalid_value");
+    }
+    return s;
+  }
+  RenderedChat out;
+  out.text = std::move(*rendered);
+  // Tools offered (and tool_choice not "none"): the answer may call them.
+  out.tools_offered = topts.tools.is_array() && !topts.tools.empty();
+  return out;
+}
+
 absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body,
                                                const ParseOptions& options,
                                                const TextProcessor& text) {
@@ -175,7 +198,9 @@ absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body,
   out.reasoning_parser = options.reasoning_parser;
   out.sampling = options.defaults;
   FieldReader r(body);
-  TANDEM_ASSIGN_OR_RETURN(json messages, NormalizeMessages(r.Find("messages")));
+  // The messages are checked first, so that their errors come before the
+  // other fields' (the prompt is rendered below).
+  TANDEM_RETURN_IF_ERROR(NormalizeMessages(r.Find("messages")).status());
   TANDEM_RETURN_IF_ERROR(ParseCommonFields(r, options, &out));
   TANDEM_RETURN_IF_ERROR(ParseSamplingFields(r, options, &out));
 
@@ -201,10 +226,8 @@ absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body,
   std::string_view max_param =
       max_completion ? "max_completion_tokens" : "max_tokens";
 
-  TANDEM_ASSIGN_OR_RETURN(ChatTemplateOptions topts,
-                          ParseTemplateOptions(r, messages));
-  // Tools offered (and tool_choice not "none"): the answer may call them.
-  if (topts.tools.is_array() && !topts.tools.empty()) {
+  TANDEM_ASSIGN_OR_RETURN(RenderedChat rendered, RenderChatPrompt(body, text));
+  if (rendered.tools_offered) {
     out.tool_call_parser = options.tool_call_parser;
     // Mistral calls start with the special token [TOOL_CALLS]: the answer is
     // decoded with special tokens, whatever skip_special_tokens says (as in
@@ -212,23 +235,13 @@ absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body,
     if (!ToolCallToken(out.tool_call_parser).empty()) out.sampling.skip_special_tokens = false;
   }
   TANDEM_ASSIGN_OR_RETURN(auto add_special, r.Bool("add_special_tokens"));
-
-  auto rendered = text.ApplyChatTemplate(messages, topts);
-  if (!rendered.ok()) {
-    absl::Status s = rendered.status();
-    if (s.code() == absl::StatusCode::kInvalidArgument) {
-      if (!ParamOf(s)) s = WithParam(s, "messages");
-      if (!CodeOf(s)) s = WithCode(s, "invalid_value");
-    }
-    return s;
-  }
-  auto ids = text.Encode(*rendered, add_special.value_or(false));
+  auto ids = text.Encode(rendered.text, add_special.value_or(false));
   if (!ids.ok()) return WithParam(ids.status(), "messages");
   if (ids->empty())
     return InvalidParam("messages", "The rendered prompt is empty");
   PromptInput p;
   p.ids = std::move(*ids);
-  p.text = std::move(*rendered);
+  p.text = std::move(rendered.text);
   out.prompts.push_back(std::move(p));
   TANDEM_RETURN_IF_ERROR(ResolveMaxTokens(requested, std::nullopt, "messages",
                                           max_param, options, &out));

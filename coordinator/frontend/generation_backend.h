@@ -158,6 +158,9 @@ class TextProcessor {
   // The bytes token `id` decodes to on its own, for log-prob entries. May be
   // part of a UTF-8 character (byte-level vocabularies).
   virtual std::string TokenText(int32_t id) const = 0;
+  // The token's vocabulary entry ("▁Hello", "Ġworld", "<0x0A>"), for
+  // /tokenize's token_strs; by default the bytes it decodes to.
+  virtual std::string TokenPiece(int32_t id) const { return TokenText(id); }
   virtual int64_t vocab_size() const = 0;
   // messages: a JSON array of objects with "role" and "content" (a string,
   // text parts already joined, or null) plus any other fields the client

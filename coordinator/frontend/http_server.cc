@@ -15,6 +15,7 @@
 #include "coordinator/frontend/generation_session.h"
 #include "coordinator/frontend/json_fields.h"
 #include "coordinator/frontend/response_common.h"
+#include "coordinator/frontend/tokenize_endpoints.h"
 
 namespace tandem::frontend {
 namespace {
@@ -65,11 +66,11 @@ DeclaredBody DeclaredBodyOf(const httplib::Request& req, uint64_t* length) {
 }
 
 std::string EndpointLabel(const std::string& path) {
-  static const char* const kKnown[] = {
-      "/v1/completions", "/v1/chat/completions",
-      "/v1/models",      "/health",
-      "/ping",           "/ready",
-      "/version",        "/metrics"};
+  static const char* const kKnown[] = {"/v1/completions", "/v1/chat/completions",
+                                       "/v1/models",      "/health",
+                                       "/ping",           "/ready",
+                                       "/version",        "/metrics",
+                                       "/tokenize",       "/detokenize"};
   for (const char* k : kKnown) {
     if (path == k) return k;
   }
@@ -426,6 +427,12 @@ void HttpServer::InstallRoutes() {
         Guarded([this](const httplib::Request& req, httplib::Response& res) {
           HandleModel(req, res);
         }));
+  s.Post("/tokenize", Guarded([this](const httplib::Request& req, httplib::Response& res) {
+           HandleTokenize(req, res, /*detokenize=*/false);
+         }));
+  s.Post("/detokenize", Guarded([this](const httplib::Request& req, httplib::Response& res) {
+           HandleTokenize(req, res, /*detokenize=*/true);
+         }));
   s.Post("/v1/completions",
          Guarded([this](const httplib::Request& req, httplib::Response& res) {
            HandleGeneration(req, res, Endpoint::kCompletions);
@@ -477,6 +484,17 @@ void HttpServer::HandleModel(const httplib::Request& req,
     }
   }
   SendError(res, ModelNotFound(id));
+}
+
+void HttpServer::HandleTokenize(const httplib::Request& req, httplib::Response& res,
+                                bool detokenize) {
+  auto body = ParseRequestBody(req.body);
+  if (!body.ok()) return SendError(res, body.status());
+  auto answer = detokenize ? DetokenizeResponse(*body, options_.parse, *text_)
+                           : TokenizeResponse(*body, options_.parse, *text_);
+  if (!answer.ok()) return SendError(res, answer.status());
+  res.status = 200;
+  res.set_content(*std::move(answer), kJson);
 }
 
 void HttpServer::HandleGeneration(const httplib::Request& req,

@@ -92,6 +92,8 @@ class HttpServer {
   HttpServer(HttpServerOptions options, GenerationBackend* backend,
              const TextProcessor* text, Metrics* metrics);
   void InstallRoutes();
+  // POST /tokenize and /detokenize (tokenize_endpoints.h).
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res, bool detokenize);
   void HandleGeneration(const httplib::Request& req, httplib::Response& res,
                         Endpoint endpoint);
   void HandleModels(const httplib::Request& req, httplib::Response& res);

@@ -74,6 +74,15 @@ absl::StatusOr<ParsedRequest> ParseChatRequest(const nlohmann::json& body,
                                                const ParseOptions& options,
                                                const TextProcessor& text);
 
+// A chat body's prompt as /v1/chat/completions renders it: its messages
+// through the chat template with the body's template options and tools.
+struct RenderedChat {
+  std::string text;
+  bool tools_offered = false;  // tools given and tool_choice not "none"
+};
+absl::StatusOr<RenderedChat> RenderChatPrompt(const nlohmann::json& body,
+                                              const TextProcessor& text);
+
 // One backend request per prompt, ids "<request_id>-<index>".
 std::vector<GenerationRequest> ToGenerationRequests(
     const ParsedRequest& parsed, std::string_view request_id,

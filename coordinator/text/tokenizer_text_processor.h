@@ -26,6 +26,7 @@ class TokenizerTextProcessor : public frontend::TextProcessor {
                                               bool add_special) const override;
   absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const override;
   std::string TokenText(int32_t id) const override;
+  std::string TokenPiece(int32_t id) const override { return tokenizer_->TokenPiece(id); }
   int64_t vocab_size() const override { return tokenizer_->vocab_size(); }
   absl::StatusOr<std::string> ApplyChatTemplate(
       const nlohmann::json& messages, const frontend::ChatTemplateOptions& options) const override;
