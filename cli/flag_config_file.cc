@@ -121,6 +121,7 @@ void AddConfigFlag(CLI::App& app) {
         ->description(
             "A YAML file of 'flag: value' lines (vLLM's --config); the command line and "
             "TANDEM_ARG_* variables win");
+    AddConfigFlag(*sub);  // and the nested ones (`tandem bench serve`)
   }
 }
 
@@ -132,9 +133,19 @@ absl::Status ApplyConfigFile(const CLI::App& app, std::vector<std::string>* args
     if (s->get_name() == (*args)[0]) sub = s;
   }
   if (sub == nullptr) return absl::OkStatus();  // the parser says what is wrong
+  size_t first = 1;
+  // A nested subcommand (`tandem bench serve`) owns the flags after it.
+  if (args->size() > 1) {
+    for (const CLI::App* s : sub->get_subcommands({})) {
+      if (s->get_name() == (*args)[1]) {
+        sub = s;
+        first = 2;
+      }
+    }
+  }
   std::string file;
   int found = 0;
-  for (size_t i = 1; i < args->size();) {
+  for (size_t i = first; i < args->size();) {
     const std::string& a = (*args)[i];
     if (a == kConfigFlag && i + 1 < args->size()) {
       file = (*args)[i + 1];
@@ -165,8 +176,9 @@ absl::Status ApplyConfigFile(const CLI::App& app, std::vector<std::string>* args
   for (const auto& [key, value] : *items) {
     const CLI::Option* opt = sub->get_option_no_throw("--" + key);
     if (opt == nullptr || key == "config" || key == "help" || opt->get_lnames().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--config ", file, ": '", key, "' is not a flag of tandem ", sub->get_name()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--config ", file, ": '", key, "' is not a flag of tandem ",
+                       first == 2 ? (*args)[0] + " " + sub->get_name() : sub->get_name()));
     }
     env.emplace_back(FlagEnvironmentName(opt->get_lnames().front()), value);
   }

@@ -121,5 +121,33 @@ TEST_F(ConfigFileTest, ErrorsChangeNothing) {
   EXPECT_EQ(other.size(), 3u);
 }
 
+// `tandem bench serve --config F`: the nested subcommand's flags are the keys.
+TEST(FlagConfigFile, ANestedSubcommandOwnsTheFlagsAfterIt) {
+  CLI::App app;
+  CLI::App* bench = app.add_subcommand("bench");
+  std::string model;
+  int prompts = 0;
+  bench->add_option("--model", model);
+  bench->add_subcommand("serve")->add_option("--num-prompts", prompts);
+  AddConfigFlag(app);
+  ASSERT_NE(app.get_subcommand("bench")->get_subcommand("serve")->get_option_no_throw("--config"),
+            nullptr);
+  const std::string path = ::testing::TempDir() + "/flag_config_nested.yaml";
+  std::ofstream(path) << "num-prompts: 7\n";
+  AppliedConfig applied;
+  std::vector<std::string> args = {"bench", "serve", "--config", path};
+  ASSERT_TRUE(ApplyConfigFile(app, &args, &applied).ok());
+  EXPECT_EQ(args, (std::vector<std::string>{"bench", "serve"}));
+  EXPECT_STREQ(getenv("TANDEM_ARG_NUM_PROMPTS"), "7");
+  EXPECT_EQ(applied.variables, std::vector<std::string>{"TANDEM_ARG_NUM_PROMPTS"});
+  unsetenv("TANDEM_ARG_NUM_PROMPTS");
+  // bench's own flag is not serve's.
+  std::ofstream(path) << "model: /m\n";
+  args = {"bench", "serve", "--config", path};
+  const absl::Status s = ApplyConfigFile(app, &args);
+  EXPECT_NE(s.message().find("'model' is not a flag of tandem bench serve"), std::string::npos)
+      << s;
+}
+
 }  // namespace
 }  // namespace tandem::cli

@@ -7,6 +7,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "cli/bench_command.h"
+#include "cli/bench_serve_command.h"
 #include "cli/coordinator_command.h"
 #include "cli/cpu_worker_command.h"
 #include "cli/flag_config_file.h"
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
   CLI::App* coord_cmd = tandem::cli::AddCoordinatorCommand(app, coord);
   tandem::cli::BenchCommandOptions bench;
   CLI::App* bench_cmd = tandem::cli::AddBenchCommand(app, bench);
+  tandem::cli::BenchServeOptions bench_serve;
+  CLI::App* bench_serve_cmd = tandem::cli::AddBenchServeCommand(*bench_cmd, bench_serve);
   tandem::cli::PlanCommandOptions plan;
   CLI::App* plan_cmd = tandem::cli::AddPlanCommand(app, plan);
   tandem::cli::AddConfigFlag(app);
@@ -49,10 +52,12 @@ int main(int argc, char** argv) {
   }
   // Flags set by TANDEM_ARG_ variables or the config file, named in errors.
   for (const CLI::App* sub : app.get_subcommands({})) {
-    if (!args.empty() && sub->get_name() == args[0]) {
-      tandem::cli::RecordFlagSources(
-          tandem::cli::FindFlagSources(*sub, args, config.file, config.variables));
+    if (args.empty() || sub->get_name() != args[0]) continue;
+    for (const CLI::App* nested : sub->get_subcommands({})) {  // `tandem bench serve`
+      if (args.size() > 1 && nested->get_name() == args[1]) sub = nested;
     }
+    tandem::cli::RecordFlagSources(
+        tandem::cli::FindFlagSources(*sub, args, config.file, config.variables));
   }
   std::vector<char*> parsed_argv = {argv[0]};
   for (std::string& a : args) parsed_argv.push_back(a.data());
@@ -70,6 +75,7 @@ int main(int argc, char** argv) {
   // no threads beyond OpenMP's, not at the first decode batch after the
   // weights are mapped (a fork then copies their page tables, and a strict
   // overcommit policy could refuse it).
+  if (bench_serve_cmd->parsed()) return tandem::cli::RunBenchServe(bench_serve);  // a client only
   if (!plan_cmd->parsed()) tandem::ops::internal::AmxUsable();
   if (serve_cmd->parsed()) return tandem::cli::RunServe(serve);
   if (coord_cmd->parsed()) return tandem::cli::RunCoordinator(coord);

@@ -67,6 +67,12 @@ check "unknown model is 404 ($code)" test "$code" = 404
 check "health is 200" curl -sf -o /dev/null "$URL/health"
 check "metrics name vllm:prompt_tokens_total" sh -c "curl -s '$URL/metrics' | grep -q '^vllm:prompt_tokens_total'"
 
+# `tandem bench serve` against it: every request completes with its lengths.
+BENCH=$("$TANDEM" bench serve --base-url "$URL" --num-prompts 3 --random-input-len 16 \
+  --random-output-len 4 --max-concurrency 2 --ignore-eos --json 2>/dev/null)
+BENCH_OK=$(python3 -c "import sys,json;r=json.loads(sys.argv[1]);print(r['completed']==3 and r['total_input_tokens']==48 and r['total_output_tokens']==12 and r['mean_ttft_ms']>0)" "$BENCH" 2>/dev/null)
+check "tandem bench serve completes 3 requests of 16 + 4 tokens" test "$BENCH_OK" = True
+
 # Kill the gpu_worker: serve restarts it and requests succeed again.
 WORKER=$(pgrep -P "$SERVE" -f "gpu-worker" | head -1)
 check "found the gpu_worker child" test -n "$WORKER"
