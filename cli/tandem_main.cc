@@ -71,11 +71,12 @@ int main(int argc, char** argv) {
         stderr);
     return rc;
   }
+  // A client of a server: no kernels, no probe.
+  if (bench_serve_cmd->parsed()) return tandem::cli::RunBenchServe(bench_serve);
   // The AMX probe forks a child: do it while this process is small and has
   // no threads beyond OpenMP's, not at the first decode batch after the
   // weights are mapped (a fork then copies their page tables, and a strict
   // overcommit policy could refuse it).
-  if (bench_serve_cmd->parsed()) return tandem::cli::RunBenchServe(bench_serve);  // a client only
   if (!plan_cmd->parsed()) tandem::ops::internal::AmxUsable();
   if (serve_cmd->parsed()) return tandem::cli::RunServe(serve);
   if (coord_cmd->parsed()) return tandem::cli::RunCoordinator(coord);

@@ -18,6 +18,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
+// Requests in flight at most without --max-concurrency (one thread each).
+constexpr int kMaxInFlight = 1024;
+
 // A small JSON exchange with the server (GET when `body` is null).
 absl::StatusOr<json> Exchange(const ServerAddress& server, const std::string& path,
                               const json& body) {
@@ -127,41 +130,63 @@ absl::StatusOr<nlohmann::ordered_json> RunServeBenchmark(const ServeBenchmarkOpt
   TANDEM_ASSIGN_OR_RETURN(std::vector<DatasetPrompt> dataset, MakeRandomDataset(o));
 
   const bool chat = o.endpoint == ApiEndpoint::kChat;
+  std::vector<json> bodies;
+  bodies.reserve(dataset.size());
+  for (const DatasetPrompt& p : dataset) {
+    json body = {{"model", o.model}, {"temperature", 0}, {"ignore_eos", o.ignore_eos}};
+    if (chat) {
+      body["messages"] = json::array({{{"role", "user"}, {"content", p.prompt}}});
+      body["max_completion_tokens"] = p.output_len;
+    } else {
+      body["prompt"] = p.prompt;
+      body["max_tokens"] = p.output_len;
+    }
+    bodies.push_back(std::move(body));
+  }
+
+  // Requests join a queue at their arrival times; `workers` threads take
+  // them in order, so that at most that many are in flight (vLLM's
+  // semaphore) and a thread is never made per request.
   std::vector<RequestRecord> records(dataset.size());
   std::mutex mu;
   std::condition_variable cv;
-  int in_flight = 0;
-  const int limit = o.max_concurrency > 0 ? o.max_concurrency : o.num_prompts;
-  std::vector<std::thread> threads;
-  threads.reserve(dataset.size());
+  size_t arrived = 0, taken = 0;
+  const int workers =
+      std::min(o.max_concurrency > 0 ? o.max_concurrency : kMaxInFlight, o.num_prompts);
   if (o.progress) o.progress(absl::StrCat("sending ", o.num_prompts, " requests"));
   const Clock::time_point start = Clock::now();
   Clock::time_point end = start;
-  for (size_t i = 0; i < dataset.size(); ++i) {
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(workers));
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&] {
+      while (true) {
+        size_t i;
+        {
+          std::unique_lock<std::mutex> l(mu);
+          cv.wait(l, [&] { return taken < arrived || taken == bodies.size(); });
+          if (taken == bodies.size()) return;
+          i = taken++;
+          if (taken == bodies.size()) cv.notify_all();  // the idle workers may go
+        }
+        RequestRecord r =
+            RunStreamingRequest(o.server, o.endpoint, bodies[i], dataset[i].input_len);
+        std::lock_guard<std::mutex> l(mu);
+        records[i] = std::move(r);
+        end = std::max(end, Clock::now());
+      }
+    });
+  }
+  for (size_t i = 0; i < bodies.size(); ++i) {
     std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
                                               std::chrono::duration<double>(arrivals[i])));
-    {
-      std::unique_lock<std::mutex> l(mu);
-      cv.wait(l, [&] { return in_flight < limit; });
-      ++in_flight;
-    }
-    json body = {{"model", o.model}, {"temperature", 0}, {"ignore_eos", o.ignore_eos}};
-    if (chat) {
-      body["messages"] = json::array({{{"role", "user"}, {"content", dataset[i].prompt}}});
-      body["max_completion_tokens"] = dataset[i].output_len;
-    } else {
-      body["prompt"] = dataset[i].prompt;
-      body["max_tokens"] = dataset[i].output_len;
-    }
-    threads.emplace_back([&, i, body = std::move(body)]() mutable {
-      RequestRecord r =
-          RunStreamingRequest(o.server, o.endpoint, std::move(body), dataset[i].input_len);
-      std::lock_guard<std::mutex> l(mu);
-      records[i] = std::move(r);
-      end = std::max(end, Clock::now());
-      --in_flight;
-      cv.notify_all();
-    });
+    std::lock_guard<std::mutex> l(mu);
+    ++arrived;
+    cv.notify_one();
+  }
+  {
+    std::lock_guard<std::mutex> l(mu);
+    cv.notify_all();
   }
   for (std::thread& t : threads) t.join();
   const double duration = std::chrono::duration<double>(end - start).count();

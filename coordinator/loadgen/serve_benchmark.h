@@ -37,7 +37,7 @@ struct ServeBenchmarkOptions {
   double range_ratio = 0.0;
   double request_rate = INFINITY;
   double burstiness = 1.0;
-  int max_concurrency = 0;  // 0: no limit
+  int max_concurrency = 0;  // 0: no limit but 1024 (one thread per request in flight)
   uint64_t seed = 0;
   bool ignore_eos = true;  // so that each answer has its output length
   SummaryOptions summary;
