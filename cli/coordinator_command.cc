@@ -33,8 +33,10 @@ int RunCoordinator(const CoordinatorOptions& opts) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
   CoordinatorOptions o = opts;
-  if (absl::Status s = ApplyPolicyFile(&o); !s.ok()) {
-    PrintCommandError("tandem coordinator", s);
+  absl::Status applied = ApplyPolicyFile(&o);
+  if (applied.ok()) applied = ApplyOverrideTensor(&o);
+  if (!applied.ok()) {
+    PrintCommandError("tandem coordinator", applied);
     return 1;
   }
   if ((o.cpu_experts != "none" || o.cpu_kv_blocks > 0) && o.rings.empty()) {

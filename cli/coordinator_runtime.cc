@@ -12,16 +12,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cli/override_tensor.h"
 #include "common/checkpoint.h"
 #include "common/hardware_profile.h"
-#include "coordinator/planner/neo/neo_sub_batches.h"
-#include "coordinator/planner/scheinfer/prefill_assignment.h"
-#include "coordinator/planner/search/serving_settings.h"
 #include "common/status_macros.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/frontend/grpc_client_service.h"
 #include "coordinator/frontend/http_server.h"
 #include "coordinator/frontend/metrics.h"
+#include "coordinator/planner/neo/neo_sub_batches.h"
+#include "coordinator/planner/scheinfer/prefill_assignment.h"
+#include "coordinator/planner/search/serving_settings.h"
 #include "coordinator/service/frontend_backend.h"
 #include "coordinator/service/step_driver.h"
 #include "coordinator/service/worker_registry.h"
@@ -142,6 +143,14 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
       ->check(kLayerCount)
       ->excludes(cpu_experts)
       ->excludes("--cpu-moe");
+  cmd->add_option("--override-tensor", o.override_tensor,
+                  "llama.cpp's REGEX=BUFFER rules (-ot) for the routed-expert tensors "
+                  "blk.N.ffn_{gate,up,down}_exps.weight: CPU puts a layer's experts on the "
+                  "cpu_worker, CUDA0/GPU keeps them on the gpu_worker; the first matching rule "
+                  "wins, e.g. \"blk\\.(1[0-9])\\.ffn_.*_exps=CPU\"")
+      ->excludes(cpu_experts)
+      ->excludes("--cpu-moe")
+      ->excludes("--n-cpu-moe");
   cmd->add_option("--cpu-workers", o.cpu_workers,
                   "cpu_worker processes sharing the CPU experts (expert e on worker e % K)")
       ->capture_default_str();
@@ -228,7 +237,7 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                   "only), the KV pools, MoE-Lightning's micro-batches, n_g and the batch "
                   "limits; flags given beside it win");
   // Which settings the command line gave, so that a policy leaves them be.
-  for (const char* alias : {"--cpu-moe", "--n-cpu-moe"}) {
+  for (const char* alias : {"--cpu-moe", "--n-cpu-moe", "--override-tensor"}) {
     cmd->get_option(alias)->each([&o](const std::string&) { o.given.insert("--cpu-experts"); });
   }
   for (const char* name : {"--cpu-experts", "--gpu-expert-cache", "--cpu-ffn-fraction",
@@ -238,6 +247,14 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                            "--expert-prefetch", "--neo-sub-batches"}) {
     cmd->get_option(name)->each([&o, name](const std::string&) { o.given.insert(name); });
   }
+}
+
+absl::Status ApplyOverrideTensor(CoordinatorOptions* o) {
+  if (o->override_tensor.empty()) return absl::OkStatus();
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(o->model));
+  TANDEM_ASSIGN_OR_RETURN(o->cpu_experts,
+                          CpuExpertsFromOverrides(o->override_tensor, ckpt->config()));
+  return absl::OkStatus();
 }
 
 absl::Status ApplyPolicyFile(CoordinatorOptions* o) {

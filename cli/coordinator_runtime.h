@@ -25,6 +25,9 @@ struct CoordinatorOptions {
   std::string registry_listen = "127.0.0.1:50051";  // where workers register
   int grpc_port = -1;                 // the client gRPC API; 0: any free port, -1: off
   std::string cpu_experts = "none";
+  // llama.cpp's --override-tensor rules (override_tensor.h); they set
+  // cpu_experts in ApplyOverrideTensor.
+  std::vector<std::string> override_tensor;
   int cpu_workers = 1;                // cpu_worker processes sharing the CPU experts
   int64_t cpu_kv_blocks = 0;          // Neo's CPU KV pool on the cpu_worker; 0: none
   int tensor_parallel = 1;            // gpu_worker ranks the model is sharded over
@@ -66,6 +69,10 @@ struct CoordinatorOptions {
 // one line saying what it set. An error for a policy that is unreadable,
 // does not fit the model, or has a schedule the workers do not run.
 absl::Status ApplyPolicyFile(CoordinatorOptions* o);
+
+// Turns o->override_tensor (when given) into o->cpu_experts, from the
+// model's config.
+absl::Status ApplyOverrideTensor(CoordinatorOptions* o);
 
 // The flags both commands share.
 void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o);

@@ -45,6 +45,7 @@ absl::Status Run(const ServeOptions& so) {
   o.registry_listen = "127.0.0.1:0";  // the workers are local children
   // First: a policy may place experts or KV on a cpu_worker to start.
   TANDEM_RETURN_IF_ERROR(ApplyPolicyFile(&o));
+  TANDEM_RETURN_IF_ERROR(ApplyOverrideTensor(&o));
   // Each rank's device, checked before anything starts.
   const int ranks = std::max(1, o.tensor_parallel);
   if (ranks > 1 && absl::StartsWith(so.device, "cuda:")) {

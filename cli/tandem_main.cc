@@ -15,6 +15,7 @@
 #include "cli/flag_sources.h"
 #include "cli/generate_command.h"
 #include "cli/gpu_worker_command.h"
+#include "cli/llama_cpp_short_flags.h"
 #include "cli/openmp_environment.h"
 #include "cli/plan_command.h"
 #include "cli/serve_command.h"
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
   tandem::cli::AddConfigFlag(app);
   tandem::cli::BindFlagsToEnvironment(app);
   std::vector<std::string> args(argv + 1, argv + argc);
+  tandem::cli::RewriteLlamaCppShortFlags(&args);
   tandem::cli::AppliedConfig config;
   if (absl::Status s = tandem::cli::ApplyConfigFile(app, &args, &config); !s.ok()) {
     std::fprintf(stderr, "tandem: %s\n", std::string(s.message()).c_str());

@@ -89,7 +89,10 @@ def main():
                        (f"{experts // 2}-per-layer", ["--cpu-experts", f"{experts // 2}-per-layer"]),
                        ("all-on-3-workers", ["--cpu-experts", "all", "--cpu-workers", "3"]),
                        # llama.cpp's spelling: every expert of layer 0 on the cpu_worker
-                       ("n-cpu-moe-1", ["--n-cpu-moe", "1"])]
+                       ("n-cpu-moe-1", ["--n-cpu-moe", "1"]),
+                       # llama.cpp's -ot: layer 0's experts on the gpu_worker, the rest on
+                       # the cpu_worker (the first matching rule wins)
+                       ("override-tensor", ["-ot", "blk\\.0\\.ffn=GPU,exps=CPU"])]
     # A GPU pool of one sequence: the other requests must go to the CPU pool.
     blocks = (max(len(c["prompt"]) for c in cases) + n + 15) // 16
     cpu_kv = ["--max-model-len", str(blocks * 16), "--kv-blocks", str(blocks),
