@@ -151,6 +151,11 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
       ->excludes(cpu_experts)
       ->excludes("--cpu-moe")
       ->excludes("--n-cpu-moe");
+  cmd->add_option("--n-gpu-layers", o.n_gpu_layers,
+                  "llama.cpp's -ngl, accepted when it keeps every layer on the device (a count "
+                  "of at least the model's layers, all or auto), as Tandem does; for fewer, "
+                  "Tandem moves FFN weights instead (--cpu-experts, --override-tensor, "
+                  "--cpu-ffn-fraction, --gpu-memory-budget)");
   cmd->add_option("--cpu-workers", o.cpu_workers,
                   "cpu_worker processes sharing the CPU experts (expert e on worker e % K)")
       ->capture_default_str();
@@ -247,6 +252,21 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                            "--expert-prefetch", "--neo-sub-batches"}) {
     cmd->get_option(name)->each([&o, name](const std::string&) { o.given.insert(name); });
   }
+}
+
+absl::Status CheckNGpuLayers(const std::string& value, const ModelConfig& c) {
+  if (value.empty() || value == "all" || value == "auto") return absl::OkStatus();
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(value, &n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--n-gpu-layers must be a count, all or auto, got '", value, "'"));
+  }
+  if (n < 0 || n >= c.num_layers) return absl::OkStatus();  // llama.cpp: -1 is all
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--n-gpu-layers ", n, " of the model's ", c.num_layers,
+      " layers: Tandem keeps every layer's attention on the device and moves FFN weights "
+      "instead; use --cpu-experts, --n-cpu-moe or --override-tensor (routed experts), "
+      "--cpu-ffn-fraction (dense MLP rows) or --gpu-memory-budget (streamed from host memory)"));
 }
 
 absl::Status ApplyOverrideTensor(CoordinatorOptions* o) {
@@ -469,6 +489,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
                                              std::max<int64_t>(4, o.max_num_seqs / 4);
   if (o.cpu_kv_blocks < 0) return absl::InvalidArgumentError("--cpu-kv-blocks must be >= 0");
   TANDEM_RETURN_IF_ERROR(CheckCpuExpertsApply(o.cpu_experts, cfg));
+  TANDEM_RETURN_IF_ERROR(CheckNGpuLayers(o.n_gpu_layers, cfg));
   if (o.cpu_experts != "none" || o.cpu_kv_blocks > 0) {
     if (o.rings.empty()) {
       return absl::InvalidArgumentError("a cpu_worker needs its ring name prefix (--rings)");

@@ -13,6 +13,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "common/model_config.h"
 
 namespace tandem::cli {
 
@@ -28,6 +29,8 @@ struct CoordinatorOptions {
   // llama.cpp's --override-tensor rules (override_tensor.h); they set
   // cpu_experts in ApplyOverrideTensor.
   std::vector<std::string> override_tensor;
+  // llama.cpp's --n-gpu-layers: "" (not given), a count, "all" or "auto".
+  std::string n_gpu_layers;
   int cpu_workers = 1;                // cpu_worker processes sharing the CPU experts
   int64_t cpu_kv_blocks = 0;          // Neo's CPU KV pool on the cpu_worker; 0: none
   int tensor_parallel = 1;            // gpu_worker ranks the model is sharded over
@@ -73,6 +76,10 @@ absl::Status ApplyPolicyFile(CoordinatorOptions* o);
 // Turns o->override_tensor (when given) into o->cpu_experts, from the
 // model's config.
 absl::Status ApplyOverrideTensor(CoordinatorOptions* o);
+
+// llama.cpp's --n-gpu-layers: OK when it keeps every layer on the device;
+// an error saying which of Tandem's flags to use otherwise.
+absl::Status CheckNGpuLayers(const std::string& value, const ModelConfig& config);
 
 // The flags both commands share.
 void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o);

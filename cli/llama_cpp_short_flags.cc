@@ -6,7 +6,10 @@ void RewriteLlamaCppShortFlags(std::vector<std::string>* args) {
   static const struct {
     const char* short_name;
     const char* long_name;
-  } kFlags[] = {{"-ot", "--override-tensor"}, {"-cmoe", "--cpu-moe"}, {"-ncmoe", "--n-cpu-moe"}};
+  } kFlags[] = {{"-ot", "--override-tensor"},
+                {"-cmoe", "--cpu-moe"},
+                {"-ncmoe", "--n-cpu-moe"},
+                {"-ngl", "--n-gpu-layers"}};
   // (A flag's value spelled exactly "-ot" would be rewritten too; no value
   // of Tandem's flags is.)
   for (std::string& a : *args) {

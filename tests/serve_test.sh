@@ -112,6 +112,10 @@ check "an empty --served-model-name is refused" \
   refused "--served-model-name: must not be empty" --served-model-name ""
 check "--tool-call-parser mistral without [TOOL_CALLS] in the vocabulary is refused" \
   refused "vocabulary has no \[TOOL_CALLS\] token" --tool-call-parser mistral
+check "llama.cpp's -ngl short of every layer is refused, naming Tandem's flags" \
+  refused "n-gpu-layers 5 of the model's 30 layers: Tandem keeps every layer's attention" -ngl 5
+check "llama.cpp's -ot on a dense model is refused" \
+  refused "override-tensor: the model has no routed experts" -ot "exps=CPU"
 check "an unknown --tool-call-parser is refused" \
   refused "tool-call-parser: pythonic not in" --tool-call-parser pythonic
 # A value from a TANDEM_ARG_ variable or a --config file is named as such.
