@@ -43,6 +43,11 @@ TOK_COUNT=$(python3 -c "import sys,json;print(json.loads(sys.argv[1])['count'])"
 CHAT_PROMPT=$(python3 -c "import sys,json;print(json.loads(sys.argv[1])['usage']['prompt_tokens'])" "$CHAT" 2>/dev/null)
 check "/tokenize of the messages counts the chat's prompt tokens ($TOK_COUNT vs $CHAT_PROMPT)" \
   test -n "$TOK_COUNT" -a "$TOK_COUNT" = "$CHAT_PROMPT"
+PROMPT=$(curl -s "$URL/apply-template" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"What is the capital of France?"}]}' |
+  python3 -c "import sys,json;print(json.load(sys.stdin)['prompt'],end='')" 2>/dev/null)
+check "/apply-template renders the chat prompt ('${PROMPT:0:40}...')" \
+  grep -q "What is the capital of France?" <<<"$PROMPT"
 TEXT='Tokens: naïve café, 12345 — ok?'
 IDS=$(curl -s "$URL/tokenize" -H 'Content-Type: application/json' \
   -d "{\"prompt\":\"$TEXT\",\"add_special_tokens\":false}" |

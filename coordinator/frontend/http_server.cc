@@ -70,7 +70,8 @@ std::string EndpointLabel(const std::string& path) {
                                        "/v1/models",      "/health",
                                        "/ping",           "/ready",
                                        "/version",        "/metrics",
-                                       "/tokenize",       "/detokenize"};
+                                       "/tokenize",       "/detokenize",
+                                       "/apply-template"};
   for (const char* k : kKnown) {
     if (path == k) return k;
   }
@@ -428,10 +429,13 @@ void HttpServer::InstallRoutes() {
           HandleModel(req, res);
         }));
   s.Post("/tokenize", Guarded([this](const httplib::Request& req, httplib::Response& res) {
-           HandleTokenize(req, res, /*detokenize=*/false);
+           HandleTokenize(req, res, TextRoute::kTokenize);
          }));
   s.Post("/detokenize", Guarded([this](const httplib::Request& req, httplib::Response& res) {
-           HandleTokenize(req, res, /*detokenize=*/true);
+           HandleTokenize(req, res, TextRoute::kDetokenize);
+         }));
+  s.Post("/apply-template", Guarded([this](const httplib::Request& req, httplib::Response& res) {
+           HandleTokenize(req, res, TextRoute::kApplyTemplate);
          }));
   s.Post("/v1/completions",
          Guarded([this](const httplib::Request& req, httplib::Response& res) {
@@ -487,11 +491,13 @@ void HttpServer::HandleModel(const httplib::Request& req,
 }
 
 void HttpServer::HandleTokenize(const httplib::Request& req, httplib::Response& res,
-                                bool detokenize) {
+                                TextRoute route) {
   auto body = ParseRequestBody(req.body);
   if (!body.ok()) return SendError(res, body.status());
-  auto answer = detokenize ? DetokenizeResponse(*body, options_.parse, *text_)
-                           : TokenizeResponse(*body, options_.parse, *text_);
+  auto answer = route == TextRoute::kTokenize ? TokenizeResponse(*body, options_.parse, *text_)
+                : route == TextRoute::kDetokenize
+                    ? DetokenizeResponse(*body, options_.parse, *text_)
+                    : ApplyTemplateResponse(*body, options_.parse, *text_);
   if (!answer.ok()) return SendError(res, answer.status());
   res.status = 200;
   res.set_content(*std::move(answer), kJson);

@@ -92,8 +92,9 @@ class HttpServer {
   HttpServer(HttpServerOptions options, GenerationBackend* backend,
              const TextProcessor* text, Metrics* metrics);
   void InstallRoutes();
-  // POST /tokenize and /detokenize (tokenize_endpoints.h).
-  void HandleTokenize(const httplib::Request& req, httplib::Response& res, bool detokenize);
+  // POST /tokenize, /detokenize and /apply-template (tokenize_endpoints.h).
+  enum class TextRoute { kTokenize, kDetokenize, kApplyTemplate };
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res, TextRoute route);
   void HandleGeneration(const httplib::Request& req, httplib::Response& res,
                         Endpoint endpoint);
   void HandleModels(const httplib::Request& req, httplib::Response& res);

@@ -61,6 +61,17 @@ absl::StatusOr<std::string> TokenizeResponse(const json& body, const ParseOption
   return DumpJson(out);
 }
 
+absl::StatusOr<std::string> ApplyTemplateResponse(const json& body, const ParseOptions& options,
+                                                  const TextProcessor& text) {
+  if (!body.is_object()) return WrongType("body", "a JSON object", JsonTypeName(body));
+  FieldReader r(body);
+  TANDEM_RETURN_IF_ERROR(CheckModel(r, options));
+  TANDEM_ASSIGN_OR_RETURN(RenderedChat rendered, RenderChatPrompt(body, text));
+  ojson out;
+  out["prompt"] = std::move(rendered.text);
+  return DumpJson(out);
+}
+
 absl::StatusOr<std::string> DetokenizeResponse(const json& body, const ParseOptions& options,
                                                const TextProcessor& text) {
   if (!body.is_object()) return WrongType("body", "a JSON object", JsonTypeName(body));

@@ -1,4 +1,5 @@
-// POST /tokenize and POST /detokenize, as vLLM serves them (outside /v1, so
+// POST /tokenize and POST /detokenize, as vLLM serves them, and llama.cpp's
+// POST /apply-template (outside /v1, so
 // not behind --api-key, as in vLLM):
 //
 //   /tokenize    {"prompt": "text", "add_special_tokens": true}
@@ -8,6 +9,8 @@
 //             -> {"count": N, "max_model_len": L, "tokens": [...],
 //                 "token_strs": null | ["▁Hello", ...]}   (return_token_strs)
 //   /detokenize  {"tokens": [...]} -> {"prompt": "text"}
+//   /apply-template (llama.cpp's) {"messages": [...], ...} -> {"prompt": "text"}
+//                the chat prompt as text, rendered as for /v1/chat/completions
 //
 // "model", when given, must name the served model (404 otherwise). The
 // counts let a client check a prompt against max_model_len before sending.
@@ -27,6 +30,9 @@ namespace tandem::frontend {
 absl::StatusOr<std::string> TokenizeResponse(const nlohmann::json& body,
                                              const ParseOptions& options,
                                              const TextProcessor& text);
+absl::StatusOr<std::string> ApplyTemplateResponse(const nlohmann::json& body,
+                                                  const ParseOptions& options,
+                                                  const TextProcessor& text);
 absl::StatusOr<std::string> DetokenizeResponse(const nlohmann::json& body,
                                                const ParseOptions& options,
                                                const TextProcessor& text);

@@ -58,6 +58,21 @@ TEST(TokenizeEndpoints, ChatPromptIsRenderedAsForChatCompletions) {
   EXPECT_EQ((*r)["count"], std::string("<|user|>\na\n").size());
 }
 
+TEST(TokenizeEndpoints, ApplyTemplateGivesTheChatPromptText) {
+  static const FakeTextProcessor tp;
+  auto body = ParseRequestBody(
+      R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":"a"}]})");
+  ASSERT_TRUE(body.ok());
+  auto r = ApplyTemplateResponse(*body, Options(), tp);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, R"({"prompt":"<|system|>\ns\n<|user|>\na\n<|assistant|>\n"})");
+  body = ParseRequestBody(R"({"messages":"hi"})");
+  ASSERT_TRUE(body.ok());
+  r = ApplyTemplateResponse(*body, Options(), tp);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(ToApiError(r.status()).param.value_or(""), "messages");
+}
+
 TEST(TokenizeEndpoints, DetokenizeInvertsTokenize) {
   auto r = Call(R"({"tokens":[256,104,105]})", /*detokenize=*/true);
   ASSERT_TRUE(r.ok()) << r.status();
