@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -101,7 +103,64 @@ void Sweep(const fs::path& root, const fs::path& keep) {
   }
 }
 
+// Bytes of the regular files under `dir`.
+int64_t TreeBytes(const fs::path& dir) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (const auto& f : fs::recursive_directory_iterator(dir, ec)) {
+    std::error_code fec;
+    if (f.is_regular_file(fec)) total += static_cast<int64_t>(f.file_size(fec));
+  }
+  return total;
+}
+
+// Removes the conversions of the models opened least recently (by the time
+// their source file was last touched) until the whole cache holds at most
+// `cap` bytes or only `keep` (the model being opened) is left. A process
+// that still maps a removed entry keeps its pages; the next one converts
+// again.
+void Evict(const fs::path& root, const fs::path& keep, int64_t cap) {
+  struct Dir {
+    fs::path path;
+    fs::file_time_type used;
+    int64_t bytes;
+  };
+  std::vector<Dir> others;
+  int64_t total = 0;
+  std::error_code ec;
+  for (const auto& d : fs::directory_iterator(root, ec)) {
+    std::error_code dec;
+    if (!d.is_directory(dec)) continue;
+    const int64_t bytes = TreeBytes(d.path());
+    total += bytes;
+    if (d.path() == keep) continue;
+    const fs::file_time_type used = fs::last_write_time(d.path() / "source", dec);
+    if (dec) continue;  // being set up by another process: not ours to judge
+    others.push_back({d.path(), used, bytes});
+  }
+  std::sort(others.begin(), others.end(),
+            [](const Dir& a, const Dir& b) { return a.used < b.used; });
+  for (const Dir& d : others) {
+    if (total <= cap) break;
+    std::error_code rec;
+    fs::remove_all(d.path, rec);
+    if (!rec) total -= d.bytes;
+  }
+}
+
 }  // namespace
+
+absl::StatusOr<int64_t> ConvertedCache::MaxBytesFromEnvironment() {
+  const char* v = std::getenv("TANDEM_CONVERTED_CACHE_MAX_GB");
+  if (v == nullptr || *v == '\0') return int64_t{-1};
+  char* end = nullptr;
+  const double gb = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(gb >= 0) || gb > 1e9) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TANDEM_CONVERTED_CACHE_MAX_GB=", v, " is not a size in GB (a number >= 0)"));
+  }
+  return static_cast<int64_t>(gb * 1e9);
+}
 
 std::unique_ptr<ConvertedCache> ConvertedCache::ForModel(const std::string& model_path,
                                                          std::string* why_not) {
@@ -113,6 +172,8 @@ std::unique_ptr<ConvertedCache> ConvertedCache::ForModel(const std::string& mode
       v != nullptr && std::string_view(v) == "off") {
     return fail("TANDEM_CONVERTED_CACHE=off");
   }
+  const absl::StatusOr<int64_t> max_bytes = MaxBytesFromEnvironment();
+  if (!max_bytes.ok()) return fail(std::string(max_bytes.status().message()));
   std::error_code ec;
   const fs::path real = fs::canonical(model_path, ec);
   if (ec) return fail(absl::StrCat(model_path, ": ", ec.message()));
@@ -157,7 +218,10 @@ std::unique_ptr<ConvertedCache> ConvertedCache::ForModel(const std::string& mode
       return fail(absl::StrCat(source.string(), ": ", ec.message()));
     }
   }
+  // The model's last use, for the size cap: the source file's time.
+  fs::last_write_time(source, fs::file_time_type::clock::now(), ec);
   Sweep(root, dir);
+  if (*max_bytes >= 0) Evict(root, dir, *max_bytes);
   return std::unique_ptr<ConvertedCache>(new ConvertedCache(dir.string(), identity));
 }
 

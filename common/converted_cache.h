@@ -11,6 +11,10 @@
 // bytes; it is written under a temporary name, synced and renamed, so a reader sees a
 // whole entry or none, and one with a header that does not match is removed.
 //
+// TANDEM_CONVERTED_CACHE_MAX_GB=N caps the cache: when a model is opened, the
+// conversions of the models opened least recently are removed until the cache holds at
+// most N GB (10^9 bytes) or only the model being opened (which may alone exceed it).
+//
 // The directories are made 0700 and used only when this user owns them and no one else
 // can write them (a cache entry is trusted as weights). TANDEM_CONVERTED_CACHE=off
 // turns the cache off: conversions then live in process memory, as they do when the
@@ -50,6 +54,10 @@ class ConvertedCache {
   absl::StatusOr<std::unique_ptr<MappedFile>> Store(const Entry& e, const void* data) const;
 
   const std::string& dir() const { return dir_; }
+
+  // TANDEM_CONVERTED_CACHE_MAX_GB in bytes; -1 when unset; InvalidArgument when it is
+  // not a number >= 0.
+  static absl::StatusOr<int64_t> MaxBytesFromEnvironment();
 
   static constexpr int64_t kHeaderBytes = 64;
 

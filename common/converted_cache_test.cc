@@ -1,6 +1,7 @@
 #include "common/converted_cache.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +29,7 @@ class ConvertedCacheTest : public ::testing::Test {
     cache_ = root_ + "/cache";
     setenv("TANDEM_CACHE_DIR", cache_.c_str(), 1);
     unsetenv("TANDEM_CONVERTED_CACHE");
+    unsetenv("TANDEM_CONVERTED_CACHE_MAX_GB");
   }
   void TearDown() override {
     unsetenv("TANDEM_CACHE_DIR");
@@ -108,6 +110,49 @@ TEST_F(ConvertedCacheTest, AChangedOrDeletedModelFileLeavesNothingBehind) {
   ASSERT_NE(c, nullptr);
   EXPECT_FALSE(fs::exists(b->dir()));
   EXPECT_EQ(Dirs(cache_ + "/converted"), std::vector<std::string>{c->dir()});
+}
+
+// TANDEM_CONVERTED_CACHE_MAX_GB: the least recently opened models' conversions go
+// first, and never the model being opened.
+TEST_F(ConvertedCacheTest, TheSizeCapRemovesTheLeastRecentlyOpenedModels) {
+  const ConvertedCache::Entry big{"blk.0.ffn_down.weight", 12, DType::kQ4_1, 400000};
+  const std::string data = Bytes(400000, 5);
+  const std::string a = Model("a.gguf", "model a"), b = Model("b.gguf", "model b"),
+                    c = Model("c.gguf", "model c");
+  auto open_and_store = [&](const std::string& model) {
+    auto cache = ConvertedCache::ForModel(model);
+    EXPECT_NE(cache, nullptr);
+    if (cache != nullptr && cache->Find(big) == nullptr) {
+      EXPECT_TRUE(cache->Store(big, data.data()).ok());
+    }
+    return cache != nullptr ? cache->dir() : std::string();
+  };
+  setenv("TANDEM_CONVERTED_CACHE_MAX_GB", "0.001", 1);  // 10^6 bytes: two entries fit
+  const std::string dir_a = open_and_store(a);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::string dir_b = open_and_store(b);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  open_and_store(a);  // a is now more recent than b
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::string dir_c = open_and_store(c);  // 0.8 MB before c's entry: nothing goes
+  EXPECT_EQ(Dirs(cache_ + "/converted").size(), 3u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  open_and_store(c);  // 1.2 MB: b, the least recent, goes
+  EXPECT_TRUE(fs::exists(dir_a));
+  EXPECT_FALSE(fs::exists(dir_b));
+  EXPECT_TRUE(fs::exists(dir_c));
+  // A cap below the model being opened leaves that model alone.
+  setenv("TANDEM_CONVERTED_CACHE_MAX_GB", "0", 1);
+  open_and_store(c);
+  EXPECT_FALSE(fs::exists(dir_a));
+  EXPECT_TRUE(fs::exists(dir_c));
+  // Not a size: no cache, and the reason says why.
+  setenv("TANDEM_CONVERTED_CACHE_MAX_GB", "ten", 1);
+  std::string why;
+  EXPECT_EQ(ConvertedCache::ForModel(c, &why), nullptr);
+  EXPECT_NE(why.find("TANDEM_CONVERTED_CACHE_MAX_GB=ten is not a size"), std::string::npos) << why;
+  EXPECT_TRUE(fs::exists(dir_c));
+  unsetenv("TANDEM_CONVERTED_CACHE_MAX_GB");
 }
 
 TEST_F(ConvertedCacheTest, AnEntryThatIsNotWholeIsRemadeNotUsed) {
