@@ -93,7 +93,8 @@ absl::StatusOr<std::vector<DatasetPrompt>> MakeRandomDataset(const ServeBenchmar
     p.input_len = DrawLength(rng, o.input_len, o.range_ratio);
     p.output_len = DrawLength(rng, o.output_len, o.range_ratio);
     const std::string text = RandomWords(rng, static_cast<int>(p.input_len));
-    json req = {{"prompt", text}, {"add_special_tokens", false}};
+    // vLLM's field and llama.cpp's ("content"); each server ignores the other.
+    json req = {{"prompt", text}, {"content", text}, {"add_special_tokens", false}};
     if (!o.model.empty()) req["model"] = o.model;
     TANDEM_ASSIGN_OR_RETURN(json tok, Exchange(o.server, "/tokenize", req));
     if (!tok.contains("tokens") || !tok["tokens"].is_array() ||
@@ -109,7 +110,7 @@ absl::StatusOr<std::vector<DatasetPrompt>> MakeRandomDataset(const ServeBenchmar
       json dreq = {{"tokens", ids}};
       if (!o.model.empty()) dreq["model"] = o.model;
       TANDEM_ASSIGN_OR_RETURN(json detok, Exchange(o.server, "/detokenize", dreq));
-      p.prompt = detok.value("prompt", "");
+      p.prompt = detok.contains("prompt") ? detok.value("prompt", "") : detok.value("content", "");
     }
     out.push_back(std::move(p));
   }

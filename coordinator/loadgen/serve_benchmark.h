@@ -10,7 +10,8 @@
 // length likewise, r = range_ratio. Its tokens come from seeded random
 // words that the server's own /tokenize turns into ids, cut to the length:
 // /v1/completions gets the ids themselves (exactly that many prompt
-// tokens), chat the text /detokenize gives back for them.
+// tokens), chat the text /detokenize gives back for them. The requests carry
+// both vLLM's and llama.cpp's field names, so either server's routes serve.
 #ifndef TANDEM_COORDINATOR_LOADGEN_SERVE_BENCHMARK_H_
 #define TANDEM_COORDINATOR_LOADGEN_SERVE_BENCHMARK_H_
 
