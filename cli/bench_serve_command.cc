@@ -65,10 +65,6 @@ absl::StatusOr<loadgen::Slo> ParseGoodput(const std::vector<std::string>& items)
 }
 
 absl::Status Run(const BenchServeOptions& o) {
-  if (o.dataset_name != "random") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dataset-name ", o.dataset_name, ": only the random dataset is built in"));
-  }
   loadgen::ServeBenchmarkOptions b;
   b.server.base_url =
       o.base_url.empty() ? absl::StrCat("http://", o.host, ":", o.port) : o.base_url;
@@ -84,6 +80,9 @@ absl::Status Run(const BenchServeOptions& o) {
   b.input_len = o.random_input_len;
   b.output_len = o.random_output_len;
   b.range_ratio = o.random_range_ratio;
+  b.dataset_name = o.dataset_name;
+  b.dataset_path = o.dataset_path;
+  b.sharegpt_output_len = o.sharegpt_output_len;
   TANDEM_ASSIGN_OR_RETURN(b.request_rate, ParseRate(o.request_rate));
   b.burstiness = o.burstiness;
   b.max_concurrency = o.max_concurrency;
@@ -141,7 +140,14 @@ CLI::App* AddBenchServeCommand(CLI::App& bench, BenchServeOptions& o) {
       ->capture_default_str()
       ->check(CLI::IsMember({"openai", "openai-chat"}));
   cmd->add_option("--model", o.model, "The model to ask for (default: the first /v1/models lists)");
-  cmd->add_option("--dataset-name", o.dataset_name, "The dataset: random")->capture_default_str();
+  cmd->add_option("--dataset-name", o.dataset_name,
+                  "random (--random-*) or sharegpt (a ShareGPT JSON file at --dataset-path)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"random", "sharegpt"}));
+  cmd->add_option("--dataset-path", o.dataset_path, "The ShareGPT JSON file");
+  cmd->add_option("--sharegpt-output-len", o.sharegpt_output_len,
+                  "Tokens to generate per ShareGPT request (default: the reply's length)")
+      ->check(CLI::Range(1, 10000000));
   cmd->add_option("--num-prompts", o.num_prompts, "Requests to send")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));

@@ -21,7 +21,9 @@ struct BenchServeOptions {
   int port = 8000;
   std::string backend = "openai";  // openai (/v1/completions) | openai-chat
   std::string model;
-  std::string dataset_name = "random";
+  std::string dataset_name = "random";  // or sharegpt
+  std::string dataset_path;
+  int sharegpt_output_len = 0;
   int num_prompts = 100;
   int random_input_len = 1024;
   int random_output_len = 128;

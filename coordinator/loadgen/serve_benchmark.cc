@@ -5,12 +5,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
-#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/loadgen/arrival_schedule.h"
+#include "coordinator/loadgen/datasets.h"
+#include "coordinator/loadgen/server_exchange.h"
 
 namespace tandem::loadgen {
 namespace {
@@ -21,32 +22,6 @@ using nlohmann::json;
 // Requests in flight at most without --max-concurrency (one thread each).
 constexpr int kMaxInFlight = 1024;
 
-// A small JSON exchange with the server (GET when `body` is null).
-absl::StatusOr<json> Exchange(const ServerAddress& server, const std::string& path,
-                              const json& body) {
-  httplib::Client client(server.base_url);
-  client.set_connection_timeout(30, 0);
-  client.set_read_timeout(server.timeout_s, 0);
-  httplib::Headers headers;
-  if (!server.api_key.empty()) headers.emplace("Authorization", "Bearer " + server.api_key);
-  httplib::Result res = body.is_null()
-                            ? client.Get(path, headers)
-                            : client.Post(path, headers, body.dump(), "application/json");
-  if (!res) {
-    return absl::UnavailableError(absl::StrCat("cannot reach ", server.base_url, path, ": ",
-                                               httplib::to_string(res.error())));
-  }
-  if (res->status != 200) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(server.base_url, path, " answered HTTP ", res->status, ": ", res->body));
-  }
-  json j = json::parse(res->body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return absl::FailedPreconditionError(absl::StrCat(path, " answered with no JSON"));
-  }
-  return j;
-}
-
 absl::StatusOr<std::string> FirstModel(const ServerAddress& server) {
   TANDEM_ASSIGN_OR_RETURN(json models, Exchange(server, "/v1/models", nullptr));
   if (!models.contains("data") || !models["data"].is_array() || models["data"].empty() ||
@@ -56,66 +31,7 @@ absl::StatusOr<std::string> FirstModel(const ServerAddress& server) {
   return models["data"][0]["id"].get<std::string>();
 }
 
-// Lower-case words of 2-9 letters: text that every tokenizer splits into
-// ordinary tokens, at least one per word.
-std::string RandomWords(std::mt19937_64& rng, int words) {
-  std::string out;
-  for (int w = 0; w < words; ++w) {
-    if (w > 0) out += ' ';
-    const int len = 2 + static_cast<int>(rng() % 8);
-    for (int i = 0; i < len; ++i) out += static_cast<char>('a' + rng() % 26);
-  }
-  return out;
-}
-
-int64_t DrawLength(std::mt19937_64& rng, int base, double ratio) {
-  const int64_t lo = std::max<int64_t>(1, static_cast<int64_t>(base * (1 - ratio)));
-  const int64_t hi = std::max<int64_t>(lo, static_cast<int64_t>(base * (1 + ratio)));
-  return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
-}
-
 }  // namespace
-
-absl::StatusOr<std::vector<DatasetPrompt>> MakeRandomDataset(const ServeBenchmarkOptions& o) {
-  if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1) {
-    return absl::InvalidArgumentError(
-        "--num-prompts, --random-input-len and --random-output-len must be >= 1");
-  }
-  if (!(o.range_ratio >= 0 && o.range_ratio < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--random-range-ratio must be in [0, 1), got ", o.range_ratio));
-  }
-  std::mt19937_64 rng(o.seed);
-  std::vector<DatasetPrompt> out;
-  out.reserve(static_cast<size_t>(o.num_prompts));
-  for (int i = 0; i < o.num_prompts; ++i) {
-    DatasetPrompt p;
-    p.input_len = DrawLength(rng, o.input_len, o.range_ratio);
-    p.output_len = DrawLength(rng, o.output_len, o.range_ratio);
-    const std::string text = RandomWords(rng, static_cast<int>(p.input_len));
-    // vLLM's field and llama.cpp's ("content"); each server ignores the other.
-    json req = {{"prompt", text}, {"content", text}, {"add_special_tokens", false}};
-    if (!o.model.empty()) req["model"] = o.model;
-    TANDEM_ASSIGN_OR_RETURN(json tok, Exchange(o.server, "/tokenize", req));
-    if (!tok.contains("tokens") || !tok["tokens"].is_array() ||
-        static_cast<int64_t>(tok["tokens"].size()) < p.input_len) {
-      return absl::FailedPreconditionError(absl::StrCat("/tokenize gave fewer than ", p.input_len,
-                                                        " tokens for ", p.input_len, " words"));
-    }
-    json ids = json::array();
-    for (int64_t k = 0; k < p.input_len; ++k) ids.push_back(tok["tokens"][k]);
-    if (o.endpoint == ApiEndpoint::kCompletions) {
-      p.prompt = std::move(ids);
-    } else {
-      json dreq = {{"tokens", ids}};
-      if (!o.model.empty()) dreq["model"] = o.model;
-      TANDEM_ASSIGN_OR_RETURN(json detok, Exchange(o.server, "/detokenize", dreq));
-      p.prompt = detok.contains("prompt") ? detok.value("prompt", "") : detok.value("content", "");
-    }
-    out.push_back(std::move(p));
-  }
-  return out;
-}
 
 absl::StatusOr<nlohmann::ordered_json> RunServeBenchmark(const ServeBenchmarkOptions& options) {
   ServeBenchmarkOptions o = options;
@@ -128,7 +44,7 @@ absl::StatusOr<nlohmann::ordered_json> RunServeBenchmark(const ServeBenchmarkOpt
     TANDEM_ASSIGN_OR_RETURN(o.model, FirstModel(o.server));
   }
   if (o.progress) o.progress(absl::StrCat("building ", o.num_prompts, " random prompts"));
-  TANDEM_ASSIGN_OR_RETURN(std::vector<DatasetPrompt> dataset, MakeRandomDataset(o));
+  TANDEM_ASSIGN_OR_RETURN(std::vector<DatasetPrompt> dataset, MakeDataset(o));
 
   const bool chat = o.endpoint == ApiEndpoint::kChat;
   std::vector<json> bodies;

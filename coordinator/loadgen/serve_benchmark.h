@@ -5,7 +5,7 @@
 // `max_concurrency` in flight, streams every answer to time it, and
 // summarises the run with vLLM's field names (request_record.h).
 //
-// The dataset ("random", as vLLM's): prompt i has an input length drawn
+// The datasets are vLLM's (datasets.h). "random": prompt i has an input length drawn
 // uniformly from [input_len (1 - r), input_len (1 + r)] and an output
 // length likewise, r = range_ratio. Its tokens come from seeded random
 // words that the server's own /tokenize turns into ids, cut to the length:
@@ -36,6 +36,10 @@ struct ServeBenchmarkOptions {
   int input_len = 1024;
   int output_len = 128;
   double range_ratio = 0.0;
+  // "random", or "sharegpt" read from dataset_path (datasets.h).
+  std::string dataset_name = "random";
+  std::string dataset_path;
+  int sharegpt_output_len = 0;  // > 0: every output this long, not the reply's
   double request_rate = INFINITY;
   double burstiness = 1.0;
   int max_concurrency = 0;  // 0: no limit but 1024 (one thread per request in flight)
@@ -52,9 +56,6 @@ struct DatasetPrompt {
   int64_t input_len = 0;
   int64_t output_len = 0;
 };
-
-// The dataset, from the server's /tokenize (and /detokenize for chat).
-absl::StatusOr<std::vector<DatasetPrompt>> MakeRandomDataset(const ServeBenchmarkOptions& options);
 
 // Runs the benchmark: the summary (Summarize's fields plus the run's
 // settings: model, endpoint, num_prompts, request_rate, burstiness,

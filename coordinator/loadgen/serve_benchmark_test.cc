@@ -3,8 +3,11 @@
 // timed and counted, and an unreachable server is a clear error.
 #include "coordinator/loadgen/serve_benchmark.h"
 
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "coordinator/frontend/testing/server_test_util.h"
+#include "coordinator/loadgen/datasets.h"
 #include "gtest/gtest.h"
 
 namespace tandem::loadgen {
@@ -96,6 +99,50 @@ TEST(ServeBenchmark, FailedRequestsAreCountedWithTheirReason) {
   EXPECT_EQ((*r)["completed"], 0) << r->dump();
   EXPECT_EQ((*r)["failed"], 3);
   ASSERT_FALSE((*r)["errors"].empty());
+}
+
+// A ShareGPT file: the first turn is the prompt (text), the second's token
+// count the output length; pairs too short or too long are skipped.
+TEST(ServeBenchmark, ShareGptConversationsAsVllmSamplesThem) {
+  TestServer ts;
+  ASSERT_TRUE(ts.Start());
+  const std::string path = ::testing::TempDir() + "/sharegpt.json";
+  std::ofstream(path) << R"([
+    {"conversations": [{"from": "human", "value": "Tell me a story."},
+                       {"from": "gpt", "value": "Once upon a time."}]},
+    {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello there"}]},
+    {"conversations": [{"from": "human", "value": "Only one turn"}]},
+    {"id": "no conversations"},
+    {"conversations": [{"from": "human", "value": "What is two and two?"},
+                       {"from": "gpt", "value": "Four."}, {"from": "human", "value": "More"}]}
+  ])";
+  ServeBenchmarkOptions o = Options(ts);
+  o.dataset_name = "sharegpt";
+  o.dataset_path = path;
+  o.num_prompts = 2;
+  auto dataset = MakeDataset(o);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  ASSERT_EQ(dataset->size(), 2u);
+  std::multiset<std::string> prompts;
+  for (const DatasetPrompt& p : *dataset) {
+    prompts.insert(p.prompt.get<std::string>());
+    EXPECT_EQ(p.input_len, static_cast<int64_t>(p.prompt.get<std::string>().size()));  // bytes
+  }
+  // "Hi" is under 4 tokens: skipped.
+  EXPECT_EQ(prompts, (std::multiset<std::string>{"Tell me a story.", "What is two and two?"}));
+  for (const DatasetPrompt& p : *dataset) {
+    EXPECT_EQ(p.output_len, p.prompt == "Tell me a story." ? 17 : 5);
+  }
+  auto r = RunServeBenchmark(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)["completed"], 2) << r->dump();
+  // Asking for more than the file holds, or no file, is an error.
+  o.num_prompts = 3;
+  EXPECT_EQ(MakeDataset(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.dataset_path = path + ".missing";
+  EXPECT_EQ(MakeDataset(o).status().code(), absl::StatusCode::kNotFound);
+  o.dataset_name = "sonnet";
+  EXPECT_EQ(MakeDataset(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ServeBenchmark, AnUnreachableServerIsUnavailable) {
