@@ -10,6 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cli/flag_sources.h"
 #include "common/status_macros.h"
 #include "coordinator/loadgen/serve_benchmark.h"
@@ -107,13 +109,25 @@ absl::Status Run(const BenchServeOptions& o) {
                    e.get<std::string>().c_str());
     }
   }
-  if (!o.result_filename.empty()) {
-    std::ofstream f(o.result_filename, std::ios::trunc);
+  // vLLM's --save-result writes to --result-dir / --result-filename, the
+  // name by default from the backend, the rate, the model and the time.
+  std::string file = o.result_filename;
+  if (o.save_result && file.empty()) {
+    std::string model = result["model"].get<std::string>();
+    model = model.substr(model.find_last_of('/') + 1);
+    file = absl::StrCat(o.backend, "-", o.request_rate, "qps-", model, "-",
+                        absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()),
+                        ".json");
+  }
+  if (!file.empty()) {
+    if (!o.result_dir.empty() && file.front() != '/') file = o.result_dir + "/" + file;
+    std::ofstream f(file, std::ios::trunc);
     f << json_text << "\n";
     if (!f.good()) {
       return absl::PermissionDeniedError(
-          absl::StrCat("--result-filename ", o.result_filename, ": cannot write the file"));
+          absl::StrCat("the result file ", file, ": cannot write it"));
     }
+    if (!o.json) std::fprintf(stderr, "tandem bench serve: result written to %s\n", file.c_str());
   }
   if (result["completed"].get<int64_t>() == 0) {
     return absl::UnavailableError("no request completed");
@@ -184,6 +198,10 @@ CLI::App* AddBenchServeCommand(CLI::App& bench, BenchServeOptions& o) {
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
   cmd->add_flag("--json", o.json, "Print the result as JSON (vLLM's field names)");
+  cmd->add_flag("--save-result", o.save_result,
+                "Also write the JSON result to a file (vLLM's flag; named by --result-filename "
+                "or from the backend, rate, model and time)");
+  cmd->add_option("--result-dir", o.result_dir, "The directory of the result file");
   cmd->add_option("--result-filename", o.result_filename, "Also write the JSON result here");
   return cmd;
 }

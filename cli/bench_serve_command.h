@@ -38,6 +38,8 @@ struct BenchServeOptions {
   std::string api_key;               // else $OPENAI_API_KEY
   int timeout_s = 600;
   bool json = false;
+  bool save_result = false;
+  std::string result_dir;
   std::string result_filename;
 };
 
