@@ -85,7 +85,12 @@ absl::StatusOr<std::vector<DatasetPrompt>> MakeRandomDataset(const ServeBenchmar
       json dreq = {{"tokens", ids}};
       if (!o.model.empty()) dreq["model"] = o.model;
       TANDEM_ASSIGN_OR_RETURN(json detok, Exchange(o.server, "/detokenize", dreq));
-      p.prompt = detok.contains("prompt") ? detok.value("prompt", "") : detok.value("content", "");
+      // vLLM answers "prompt", llama.cpp "content".
+      const auto text = detok.contains("prompt") ? detok.find("prompt") : detok.find("content");
+      if (text == detok.end() || !text->is_string()) {
+        return absl::FailedPreconditionError("/detokenize answered without the text");
+      }
+      p.prompt = text->get<std::string>();
     }
     out.push_back(std::move(p));
   }

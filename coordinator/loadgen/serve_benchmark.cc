@@ -1,8 +1,8 @@
 #include "coordinator/loadgen/serve_benchmark.h"
 
-#include <httplib.h>
-
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -43,7 +43,9 @@ absl::StatusOr<nlohmann::ordered_json> RunServeBenchmark(const ServeBenchmarkOpt
   if (o.model.empty()) {
     TANDEM_ASSIGN_OR_RETURN(o.model, FirstModel(o.server));
   }
-  if (o.progress) o.progress(absl::StrCat("building ", o.num_prompts, " random prompts"));
+  if (o.progress) {
+    o.progress(absl::StrCat("building ", o.num_prompts, " prompts (", o.dataset_name, ")"));
+  }
   TANDEM_ASSIGN_OR_RETURN(std::vector<DatasetPrompt> dataset, MakeDataset(o));
 
   const bool chat = o.endpoint == ApiEndpoint::kChat;
@@ -111,6 +113,7 @@ absl::StatusOr<nlohmann::ordered_json> RunServeBenchmark(const ServeBenchmarkOpt
   nlohmann::ordered_json out;
   out["model"] = o.model;
   out["endpoint"] = chat ? "/v1/chat/completions" : "/v1/completions";
+  out["dataset_name"] = o.dataset_name;
   out["num_prompts"] = o.num_prompts;
   out["random_input_len"] = o.input_len;
   out["random_output_len"] = o.output_len;

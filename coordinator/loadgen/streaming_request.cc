@@ -35,6 +35,13 @@ std::string ChunkText(const json& chunk, ApiEndpoint endpoint) {
   return out;
 }
 
+// (json::value would throw on a field of another type: a server's answer
+// is not trusted to be well formed.)
+int64_t IntField(const json& object, const char* key, int64_t otherwise) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_number_integer() ? it->get<int64_t>() : otherwise;
+}
+
 }  // namespace
 
 RequestRecord RunStreamingRequest(const ServerAddress& server, ApiEndpoint endpoint, json body,
@@ -70,8 +77,8 @@ RequestRecord RunStreamingRequest(const ServerAddress& server, ApiEndpoint endpo
     const auto usage = chunk.find("usage");
     if (usage != chunk.end() && usage->is_object()) {
       usage_seen = true;
-      r.prompt_len = usage->value("prompt_tokens", r.prompt_len);
-      r.output_len = usage->value("completion_tokens", int64_t{0});
+      r.prompt_len = IntField(*usage, "prompt_tokens", r.prompt_len);
+      r.output_len = IntField(*usage, "completion_tokens", 0);
     }
     if (ChunkText(chunk, endpoint).empty()) return;
     const Clock::time_point now = Clock::now();
