@@ -47,20 +47,23 @@ def start(server, reply, *flags):
 
 
 def streamed_answer(client):
-    content, finish, calls = "", None, {}
+    """The streamed answer put together: (content, reasoning, finish_reason,
+    {index: {"id", "name", "arguments"}})."""
+    content, reasoning, finish, calls = "", "", None, {}
     for chunk in client.chat.completions.create(model="fake-model", messages=MESSAGES,
                                                 tools=TOOLS, max_tokens=150, stream=True):
         if not chunk.choices:
             continue
         d = chunk.choices[0].delta
         content += d.content or ""
+        reasoning += (d.model_extra or {}).get("reasoning_content") or ""
         for tc in d.tool_calls or []:
             e = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
             e["id"] += tc.id or ""
             e["name"] += tc.function.name or ""
             e["arguments"] += tc.function.arguments or ""
         finish = chunk.choices[0].finish_reason or finish
-    return content, finish, calls
+    return content, reasoning, finish, calls
 
 
 def check_format(server, checks, parser, reply, want_content, id_ok):
@@ -76,7 +79,7 @@ def check_format(server, checks, parser, reply, want_content, id_ok):
                      and json.loads(calls[0].function.arguments) == ARGS, m)
         checks.check(f"{parser}: the call's id has the model's form",
                      bool(calls) and id_ok(calls[0].id), calls)
-        content, finish, streamed = streamed_answer(client)
+        content, _, finish, streamed = streamed_answer(client)
         checks.check(f"{parser}: streamed, the same content, call and finish_reason",
                      content == (want_content or "") and finish == "tool_calls"
                      and list(streamed) == [0] and streamed[0]["name"] == "get_weather"
@@ -115,19 +118,7 @@ def main():
                          json.loads(calls[0].function.arguments)
                          == {"city": "Zürich", "days": [1, 2]}, calls[0].function.arguments)
 
-        content, reasoning, finish, streamed = "", "", None, {}
-        for chunk in client.chat.completions.create(model="fake-model", messages=MESSAGES,
-                                                    tools=TOOLS, max_tokens=150, stream=True):
-            if not chunk.choices:
-                continue
-            d = chunk.choices[0].delta
-            content += d.content or ""
-            reasoning += (d.model_extra or {}).get("reasoning_content") or ""
-            for tc in d.tool_calls or []:
-                e = streamed.setdefault(tc.index, {"name": "", "arguments": ""})
-                e["name"] += tc.function.name or ""
-                e["arguments"] += tc.function.arguments or ""
-            finish = chunk.choices[0].finish_reason or finish
+        content, reasoning, finish, streamed = streamed_answer(client)
         checks.check("streamed: the same content, reasoning and finish_reason",
                      (content, reasoning, finish) == ("Checking.", "Which city?", "tool_calls"),
                      (content, reasoning, finish))
