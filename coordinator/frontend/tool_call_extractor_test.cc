@@ -27,6 +27,15 @@ Result Whole(const std::string& text, ToolCallParser parser = ToolCallParser::kH
   return r;
 }
 
+// Each text is no call in `parser`'s format: all of it stays content.
+void ExpectAllContent(ToolCallParser parser, const std::vector<std::string>& texts) {
+  for (const std::string& text : texts) {
+    Result r = Whole(text, parser);
+    EXPECT_TRUE(r.calls.empty()) << text;
+    EXPECT_EQ(r.content, text);
+  }
+}
+
 TEST(ToolCallExtractor, HermesCalls) {
   Result r = Whole(
       "Let me check.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": "
@@ -56,15 +65,12 @@ TEST(ToolCallExtractor, CutOffAndMissingArguments) {
 }
 
 TEST(ToolCallExtractor, NotCallsStayContent) {
-  for (const std::string text :
-       {"plain answer", "<tool_call>not json</tool_call>", "<tool_call>[1, 2]</tool_call>",
-        "<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"name\": 3}</tool_call>",
-        "ok <tool_call>{\"name\": \"f\"}</tool_call><tool_call>{bad</tool_call>", "<tool_call",
-        "<tool_call></tool_call>"}) {
-    Result r = Whole(text);
-    EXPECT_TRUE(r.calls.empty()) << text;
-    EXPECT_EQ(r.content, text);
-  }
+  ExpectAllContent(
+      ToolCallParser::kHermes,
+      {"plain answer", "<tool_call>not json</tool_call>", "<tool_call>[1, 2]</tool_call>",
+       "<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"name\": 3}</tool_call>",
+       "ok <tool_call>{\"name\": \"f\"}</tool_call><tool_call>{bad</tool_call>", "<tool_call",
+       "<tool_call></tool_call>"});
   ToolCallExtractor none(ToolCallParser::kNone);
   std::vector<ToolCall> calls;
   EXPECT_EQ(none.Push("<tool_call>{\"name\": \"f\"}</tool_call>"),
@@ -137,15 +143,12 @@ TEST(ToolCallExtractor, MistralNamedCallsFromV11) {
 }
 
 TEST(ToolCallExtractor, MistralNotCallsStayContent) {
-  for (const std::string text :
-       {"no calls here", "[TOOL_CALLS]", "[TOOL_CALLS] [1, 2]", "[TOOL_CALLS] [{\"name\": 1}]",
-        "[TOOL_CALLS] [{\"name\": \"f\"}", "[TOOL_CALLS] []", "[TOOL_CALLS]just words",
-        "[TOOL_CALLS] [{\"name\": \"f\"}][TOOL_CALLS] [{\"name\": \"g\"}]", "x [TOOL_CALL",
-        "<tool_call>{\"name\": \"f\"}</tool_call>"}) {
-    Result r = Whole(text, ToolCallParser::kMistral);
-    EXPECT_TRUE(r.calls.empty()) << text;
-    EXPECT_EQ(r.content, text);
-  }
+  ExpectAllContent(
+      ToolCallParser::kMistral,
+      {"no calls here", "[TOOL_CALLS]", "[TOOL_CALLS] [1, 2]", "[TOOL_CALLS] [{\"name\": 1}]",
+       "[TOOL_CALLS] [{\"name\": \"f\"}", "[TOOL_CALLS] []", "[TOOL_CALLS]just words",
+       "[TOOL_CALLS] [{\"name\": \"f\"}][TOOL_CALLS] [{\"name\": \"g\"}]", "x [TOOL_CALL",
+       "<tool_call>{\"name\": \"f\"}</tool_call>"});
 }
 
 TEST(ToolCallExtractor, Llama3JsonCalls) {
@@ -168,15 +171,12 @@ TEST(ToolCallExtractor, Llama3JsonCalls) {
 }
 
 TEST(ToolCallExtractor, Llama3JsonNotCallsStayContent) {
-  for (const std::string text :
-       {"The answer is {\"name\": \"f\", \"parameters\": {}}", "{\"answer\": 42}", "{\"name\": 1}",
-        "{\"name\": \"f\"}; {\"x\": 1}", "{\"name\": \"f\", \"parameters\": {", "{ not json }",
-        "  ", "", "<|python_tag|>brave_search.call(query=\"x\")", "<|python", "[1, 2]",
-        "<tool_call>{\"name\": \"f\"}</tool_call>"}) {
-    Result r = Whole(text, ToolCallParser::kLlama3Json);
-    EXPECT_TRUE(r.calls.empty()) << text;
-    EXPECT_EQ(r.content, text);
-  }
+  ExpectAllContent(
+      ToolCallParser::kLlama3Json,
+      {"The answer is {\"name\": \"f\", \"parameters\": {}}", "{\"answer\": 42}", "{\"name\": 1}",
+       "{\"name\": \"f\"}; {\"x\": 1}", "{\"name\": \"f\", \"parameters\": {", "{ not json }", "  ",
+       "", "<|python_tag|>brave_search.call(query=\"x\")", "<|python", "[1, 2]",
+       "<tool_call>{\"name\": \"f\"}</tool_call>"});
 }
 
 // JsonContainerEnd finds the end of any JSON object or array, whatever text
