@@ -1,17 +1,9 @@
 // `tandem bench serve`: a load generator with the semantics of `vllm bench
 // serve` against any OpenAI-compatible server (Tandem's or another). It
-// builds a seeded random dataset of prompts of chosen token lengths, sends
-// the requests at a Poisson (gamma) rate or all at once, at most
-// `max_concurrency` in flight, streams every answer to time it, and
-// summarises the run with vLLM's field names (request_record.h).
-//
-// The datasets are vLLM's (datasets.h). "random": prompt i has an input length drawn
-// uniformly from [input_len (1 - r), input_len (1 + r)] and an output
-// length likewise, r = range_ratio. Its tokens come from seeded random
-// words that the server's own /tokenize turns into ids, cut to the length:
-// /v1/completions gets the ids themselves (exactly that many prompt
-// tokens), chat the text /detokenize gives back for them. The requests carry
-// both vLLM's and llama.cpp's field names, so either server's routes serve.
+// builds a seeded dataset of prompts (random or ShareGPT, as vLLM samples
+// them: datasets.h), sends the requests at a Poisson (gamma) rate or all at
+// once, at most `max_concurrency` in flight, streams every answer to time
+// it, and summarises the run with vLLM's field names (request_record.h).
 #ifndef TANDEM_COORDINATOR_LOADGEN_SERVE_BENCHMARK_H_
 #define TANDEM_COORDINATOR_LOADGEN_SERVE_BENCHMARK_H_
 

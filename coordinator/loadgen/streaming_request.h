@@ -55,7 +55,6 @@ class SseParser {
       }
     }
   }
-  bool empty() const { return buffer_.find_first_not_of("\r\n") == std::string::npos; }
 
  private:
   std::string buffer_;
