@@ -116,10 +116,17 @@ std::optional<FinishReason> Request::CheckStop(
   return std::nullopt;
 }
 
-void Request::Admit(KvPool pool, int64_t admit_seq) {
+void Request::Admit(KvPool pool, int64_t admit_seq, int64_t cached_tokens) {
   TANDEM_CHECK(status_ == RequestStatus::kWaiting ||
                status_ == RequestStatus::kPreempted);
   TANDEM_CHECK(num_computed_ == 0);
+  // At least the last token runs: its logits are what gets sampled.
+  TANDEM_CHECK(cached_tokens >= 0 && cached_tokens < num_tokens());
+  if (status_ == RequestStatus::kWaiting) {
+    cached_prompt_ = std::min(cached_tokens, num_prompt_tokens());
+  }
+  num_computed_ = cached_tokens;
+  prefix_hit_ = cached_tokens;
   status_ = RequestStatus::kRunning;
   kv_pool_ = pool;
   admit_seq_ = admit_seq;

@@ -107,6 +107,11 @@ class Request {
   // preemption victim is the running request with the largest value.
   int64_t admit_seq() const { return admit_seq_; }
   int64_t num_preemptions() const { return num_preemptions_; }
+  // Prefix caching: tokens whose KV came from the cache at the latest
+  // admission (computed without running), and at the first one (what the
+  // client is told: usage.prompt_tokens_details.cached_tokens).
+  int64_t num_prefix_hit_tokens() const { return prefix_hit_; }
+  int64_t num_cached_prompt_tokens() const { return cached_prompt_; }
 
   // The stop condition that `token`, just appended, triggers, if any. Order:
   // EOS (unless ignore_eos) and stop_token_ids give kStop, then max_tokens
@@ -117,7 +122,8 @@ class Request {
                                         int64_t max_model_len) const;
 
   // State changes, made by the Scheduler only.
-  void Admit(KvPool pool, int64_t admit_seq);
+  // `cached_tokens`: its first tokens whose KV a shared prefix holds.
+  void Admit(KvPool pool, int64_t admit_seq, int64_t cached_tokens = 0);
   void AdvanceComputed(int64_t num_tokens);
   void AppendOutputToken(int32_t token);
   void Preempt();  // back to waiting: KV gone, generated tokens kept
@@ -135,6 +141,8 @@ class Request {
   std::optional<KvPool> kv_pool_;
   int64_t admit_seq_ = -1;
   int64_t num_preemptions_ = 0;
+  int64_t prefix_hit_ = 0;
+  int64_t cached_prompt_ = 0;
 };
 
 }  // namespace tandem::sched

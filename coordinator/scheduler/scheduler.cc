@@ -71,8 +71,8 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
   TANDEM_RETURN_IF_ERROR(config.Validate());
   TANDEM_ASSIGN_OR_RETURN(
       BlockManager blocks,
-      BlockManager::Create(config.block_size, config.num_gpu_blocks,
-                           config.num_cpu_blocks));
+      BlockManager::Create(config.block_size, config.num_gpu_blocks, config.num_cpu_blocks,
+                           config.enable_prefix_caching));
   if (policy == nullptr) policy = std::make_unique<DefaultPlacementPolicy>();
   return std::unique_ptr<Scheduler>(
       new Scheduler(config, std::move(blocks), std::move(policy)));
@@ -198,16 +198,23 @@ void Scheduler::AdmitWaiting(StepBuilder& step) {
                                   largest * blocks_.block_size()));
       continue;
     }
-    const int64_t n = std::min(r->num_tokens(), step.budget());
+    int64_t n = std::min(r->num_tokens(), step.budget());
     PlacementContext ctx;
     ctx.blocks = &blocks_;
     ctx.candidates = fit;
     ctx.blocks_now = blocks_.BlocksForTokens(n);
     ctx.blocks_full = blocks_.BlocksForTokens(need + 1);
     const std::optional<KvPool> pool = policy_->ChoosePool(*r, ctx);
-    const bool placed = pool.has_value() &&
-                        std::find(fit.begin(), fit.end(), *pool) != fit.end() &&
-                        blocks_.CanAllocate(r->id(), *pool, n);
+    // A cache hit on the chosen pool: its tokens count as computed, and the
+    // chunk is what follows them (the last token always runs).
+    PrefixMatch hit;
+    if (pool.has_value() && blocks_.caches(*pool)) {
+      hit = blocks_.FindCachedPrefix(*pool, *r, need - 1);
+    }
+    const int64_t cached = static_cast<int64_t>(hit.blocks.size()) * blocks_.block_size();
+    if (cached > 0) n = std::min(need - cached, step.budget());
+    const bool placed = pool.has_value() && std::find(fit.begin(), fit.end(), *pool) != fit.end() &&
+                        blocks_.CanAllocate(r->id(), *pool, cached + n, &hit);
     if (!placed) {
       if (running_.empty()) {
         // Every block is free and the policy still says no: waiting cannot
@@ -219,8 +226,12 @@ void Scheduler::AdmitWaiting(StepBuilder& step) {
       break;  // FCFS: the head waits for blocks, and so does everyone behind it
     }
     waiting_.pop_front();
-    TANDEM_CHECK(blocks_.Allocate(r->id(), *pool, n).ok());
-    r->Admit(*pool, next_admit_seq_++);
+    TANDEM_CHECK(blocks_.Allocate(r->id(), *pool, cached + n, &hit).ok());
+    if (blocks_.caches(*pool)) {
+      prefix_queries_ += need;
+      prefix_hits_ += cached;
+    }
+    r->Admit(*pool, next_admit_seq_++, cached);
     running_.push_back(r);
     AddChunk(r, n, step);
   }
@@ -262,6 +273,9 @@ void Scheduler::AddChunk(Request* r, int64_t num_tokens, StepBuilder& step) {
   c.is_decode = num_tokens == 1 && c.sample && c.start_pos > 0;
   c.pool = *r->kv_pool();
   c.block_table = blocks_.BlockTable(r->id());
+  if (r->num_prefix_hit_tokens() > 0 && c.start_pos == r->num_prefix_hit_tokens()) {
+    c.shared_prefix_tokens = c.start_pos;
+  }
   TANDEM_CHECK(blocks_.CapacityOf(r->id()) >= c.start_pos + num_tokens);
   c.sampling = r->sampling_ptr();
   step.Add(std::move(c));

@@ -25,6 +25,13 @@
 // its pool is recomputed on a pool that fits it; one that fits no pool alone
 // is finished with kError.
 //
+// With prefix caching, admission on the GPU pool first looks for the longest
+// run of cached full blocks that starts the request's tokens (leaving at
+// least its last token to run); those tokens count as computed, and the
+// chunk tells the workers (shared_prefix_tokens). Blocks are indexed as their
+// KV is computed, so a request preempted by recompute usually finds its own
+// KV again when it returns.
+//
 // Every request is in exactly one of: the waiting queue, the running list,
 // or finished (reported once in StepPlan::finished, then forgotten).
 #ifndef TANDEM_COORDINATOR_SCHEDULER_SCHEDULER_H_
@@ -56,6 +63,7 @@ struct SchedulerConfig {
   int64_t max_num_seqs = 128;             // running requests at most
   int64_t max_model_len = 4096;           // context limit: prompt + generated
   std::vector<int32_t> eos_token_ids;     // the model's end-of-generation ids
+  bool enable_prefix_caching = false;     // share computed KV blocks (GPU pool)
 
   // InvalidArgument unless all sizes are positive (one pool may be 0) and
   // max_num_batched_tokens >= max_num_seqs (so every running request gets at
@@ -75,6 +83,10 @@ struct ScheduledChunk {
   bool is_decode = false;            // one token continuing a cached context
   KvPool pool = KvPool::kGpu;        // where its KV lives (kCpu: CPU attention)
   std::vector<int32_t> block_table;  // the whole table; covers start_pos + size
+  // Positions [0, shared_prefix_tokens) are in the table's blocks already,
+  // computed for other requests (prefix caching); set on the first chunk
+  // after an admission with a cache hit, when start_pos equals it.
+  int64_t shared_prefix_tokens = 0;
   std::shared_ptr<const SamplingParams> sampling;
 };
 
@@ -167,6 +179,12 @@ class Scheduler {
     return num_preemptions_;
   }                                                       // since creation
   int64_t num_finished() const { return num_finished_; }  // since creation
+  // Prefix caching, since creation: tokens of admitted requests looked up in
+  // the cache, and those found (vLLM's prefix_cache_queries / _hits).
+  int64_t num_prefix_cache_queries() const { return prefix_queries_; }
+  int64_t num_prefix_cache_hits() const { return prefix_hits_; }
+  // Forgets every cached block: the workers that held that KV are gone.
+  void ResetPrefixCache() { blocks_.ClearPrefixCache(); }
   bool step_in_flight() const { return in_flight_.has_value(); }
 
   // nullptr once finished (or never added).
@@ -227,6 +245,8 @@ class Scheduler {
   int64_t next_step_id_ = 0;
   int64_t num_preemptions_ = 0;
   int64_t num_finished_ = 0;
+  int64_t prefix_queries_ = 0;
+  int64_t prefix_hits_ = 0;
 };
 
 }  // namespace tandem::sched

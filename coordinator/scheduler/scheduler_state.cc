@@ -70,6 +70,7 @@ absl::StatusOr<std::vector<RequestUpdate>> Scheduler::OnStepResult(
     // Only Schedule() preempts, and it cannot run while a step is in flight.
     TANDEM_CHECK(r->status() == RequestStatus::kRunning);
     r->AdvanceComputed(c.num_tokens);
+    blocks_.CacheComputedBlocks(*r);
     if (!c.sample) continue;
     const int32_t token = *by_chunk[i]->token;
     r->AppendOutputToken(token);
