@@ -467,7 +467,20 @@ absl::Status Engine::Validate(const std::vector<SequenceChunk>& batch) const {
             absl::StrCat("token id ", t, " is outside the vocabulary [0, ", vocab, ")"));
       }
     }
-    const int64_t len = SequenceLength(s.seq_id);
+    if (s.shared_prefix_tokens != 0) {
+      if (s.block_table.empty() || s.cpu_attention || s.shared_prefix_tokens < 0 ||
+          s.start_pos != s.shared_prefix_tokens ||
+          SequenceLength(s.seq_id) > s.shared_prefix_tokens) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sequence ", s.seq_id, " starts from a shared prefix of ", s.shared_prefix_tokens,
+            " tokens, which needs a block table, the engine's own cache, start_pos at the "
+            "prefix's end (it is ",
+            s.start_pos, ") and no more tokens of its own (it holds ", SequenceLength(s.seq_id),
+            ")"));
+      }
+    }
+    // A shared prefix counts as held: its KV is in the sequence's blocks.
+    const int64_t len = std::max(SequenceLength(s.seq_id), s.shared_prefix_tokens);
     if (s.cpu_attention && tp_ != nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "sequence ", s.seq_id, " asks for CPU attention, which does not combine with tensor "
@@ -516,8 +529,9 @@ absl::StatusOr<StepResult> Engine::Step(const std::vector<SequenceChunk>& batch,
   // The offload makes room for its own sequences when their rows arrive.
   for (const SequenceChunk& s : batch) {
     if (s.cpu_attention) continue;
-    TANDEM_RETURN_IF_ERROR(
-        kv_->Reserve(s.seq_id, s.start_pos + static_cast<int64_t>(s.tokens.size())));
+    const int64_t end = s.start_pos + static_cast<int64_t>(s.tokens.size());
+    TANDEM_RETURN_IF_ERROR(s.block_table.empty() ? kv_->Reserve(s.seq_id, end)
+                                                 : kv_->Adopt(s.seq_id, s.block_table, end));
   }
   const ModelConfig& c = config();
   const int64_t hidden = c.hidden_size;

@@ -115,6 +115,15 @@ struct SequenceChunk {
   // greedy_logprobs instead of logits: two numbers per row over the link
   // instead of the vocabulary.
   bool greedy_only = false;
+  // The sequence's KV blocks, chosen by the caller (the coordinator's
+  // scheduler, which shares blocks between sequences for prefix caching);
+  // empty: the engine's cache allocates. An engine follows callers' tables
+  // or allocates itself, not both at once (KvCache::Adopt).
+  std::vector<int32_t> block_table;
+  // Positions [0, shared_prefix_tokens) are in block_table's blocks already,
+  // written for another sequence: this one starts there without having run
+  // them (start_pos == shared_prefix_tokens).
+  int64_t shared_prefix_tokens = 0;
 };
 
 struct StepResult {

@@ -44,6 +44,11 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int64_t num_layers, int
 }
 
 absl::Status KvCache::Reserve(int64_t seq_id, int64_t new_length) {
+  if (!adopted_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sequence ", seq_id, " has no block table, but this KV cache follows the tables of ",
+        adopted_.size(), " other sequences"));
+  }
   auto& table = seqs_[seq_id];
   const int64_t need = (new_length + block_size_ - 1) / block_size_;
   const int64_t have = static_cast<int64_t>(table.size());
@@ -61,9 +66,42 @@ absl::Status KvCache::Reserve(int64_t seq_id, int64_t new_length) {
   return absl::OkStatus();
 }
 
+absl::Status KvCache::Adopt(int64_t seq_id, absl::Span<const int32_t> table, int64_t new_length) {
+  if (static_cast<int64_t>(free_.size()) != num_blocks_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sequence ", seq_id, " comes with a block table, but this KV cache has allocated ",
+        num_blocks_ - static_cast<int64_t>(free_.size()), " blocks itself"));
+  }
+  const int64_t need = (new_length + block_size_ - 1) / block_size_;
+  if (static_cast<int64_t>(table.size()) < need) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", seq_id, "'s block table has ",
+                                                   table.size(), " blocks; ", new_length,
+                                                   " positions need ", need));
+  }
+  absl::flat_hash_set<int32_t> seen;
+  for (int32_t b : table) {
+    if (b < 0 || b >= num_blocks_) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", seq_id,
+                                                     "'s block table names block ", b,
+                                                     ", outside the cache's ", num_blocks_));
+    }
+    if (!seen.insert(b).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", seq_id, "'s block table lists block ", b, " twice"));
+    }
+  }
+  seqs_[seq_id].assign(table.begin(), table.end());
+  adopted_.insert(seq_id);
+  return absl::OkStatus();
+}
+
 void KvCache::Free(int64_t seq_id) {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return;
+  if (adopted_.erase(seq_id) > 0) {  // the caller's blocks: nothing to return
+    seqs_.erase(it);
+    return;
+  }
   for (auto it2 = it->second.rbegin(); it2 != it->second.rend(); ++it2) free_.push_back(*it2);
   seqs_.erase(it);
 }

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "cpu_worker/kv/huge_page_array.h"
 #include "cpu_worker/ops/attention.h"
 #include "gpu_worker/engine/device.h"
@@ -28,7 +30,17 @@ class KvCache {
   // Makes room for positions [0, new_length) of a sequence, creating it if
   // new. ResourceExhausted if the pool runs out (nothing is taken then).
   absl::Status Reserve(int64_t seq_id, int64_t new_length);
-  // Returns the sequence's blocks to the pool; unknown ids are ignored.
+  // Follows a table made by the caller instead (the coordinator's scheduler,
+  // which owns allocation when sequences share blocks): the sequence uses
+  // exactly `table`, which must cover [0, new_length). The caller sees to it
+  // that no two sequences write the same slot. A cache follows callers'
+  // tables or allocates itself: FailedPrecondition for Adopt while
+  // Reserve'd sequences hold blocks, and for Reserve while adopted ones
+  // live; InvalidArgument for a block id outside the pool, one listed
+  // twice, or a table too short (nothing changes then).
+  absl::Status Adopt(int64_t seq_id, absl::Span<const int32_t> table, int64_t new_length);
+  // Returns the sequence's blocks to the pool (forgets an adopted table);
+  // unknown ids are ignored.
   void Free(int64_t seq_id);
   bool Has(int64_t seq_id) const { return seqs_.contains(seq_id); }
   // Positions reserved for the sequence (0 if unknown).
@@ -51,6 +63,7 @@ class KvCache {
   float* v_ = nullptr;
   std::vector<int32_t> free_;
   absl::flat_hash_map<int64_t, std::vector<int32_t>> seqs_;
+  absl::flat_hash_set<int64_t> adopted_;  // sequences whose table is the caller's
 };
 
 }  // namespace tandem

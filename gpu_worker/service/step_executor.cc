@@ -107,6 +107,8 @@ absl::StatusOr<proto::StepResult> StepExecutor::Run(const proto::StepPlan& plan)
     c.all_logits = s.prompt_logprobs();
     c.greedy_only = GreedyOnly(s);
     c.cpu_attention = s.cpu_attention();
+    if (!s.cpu_attention()) c.block_table.assign(s.block_table().begin(), s.block_table().end());
+    c.shared_prefix_tokens = s.shared_prefix_tokens();
     batch.push_back(std::move(c));
   }
   TANDEM_ASSIGN_OR_RETURN(
