@@ -82,6 +82,7 @@ absl::Status Run(const BenchServeOptions& o) {
   b.input_len = o.random_input_len;
   b.output_len = o.random_output_len;
   b.range_ratio = o.random_range_ratio;
+  b.prefix_len = o.random_prefix_len;
   b.dataset_name = o.dataset_name;
   b.dataset_path = o.dataset_path;
   b.sharegpt_output_len = o.sharegpt_output_len;
@@ -175,6 +176,11 @@ CLI::App* AddBenchServeCommand(CLI::App& bench, BenchServeOptions& o) {
                   "Lengths drawn uniformly from [len (1 - r), len (1 + r)]")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.999));
+  cmd->add_option("--random-prefix-len", o.random_prefix_len,
+                  "Tokens of one random opening every prompt starts with, before its own "
+                  "--random-input-len (a shared system prompt: what prefix caching serves)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000000));
   cmd->add_option("--request-rate", o.request_rate,
                   "Requests per second (Poisson arrivals at --burstiness 1), or inf: all at once")
       ->capture_default_str();

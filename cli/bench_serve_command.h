@@ -28,6 +28,7 @@ struct BenchServeOptions {
   int random_input_len = 1024;
   int random_output_len = 128;
   double random_range_ratio = 0.0;
+  int random_prefix_len = 0;
   std::string request_rate = "inf";
   double burstiness = 1.0;
   int max_concurrency = 0;

@@ -64,21 +64,36 @@ absl::StatusOr<std::vector<DatasetPrompt>> MakeRandomDataset(const ServeBenchmar
     return absl::InvalidArgumentError(
         absl::StrCat("--random-range-ratio must be in [0, 1), got ", o.range_ratio));
   }
+  if (o.prefix_len < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--random-prefix-len must be >= 0, got ", o.prefix_len));
+  }
   std::mt19937_64 rng(o.seed);
+  // `n` ids of random words, as the server tokenizes them.
+  auto random_ids = [&](int64_t n) -> absl::StatusOr<std::vector<int64_t>> {
+    TANDEM_ASSIGN_OR_RETURN(std::vector<int64_t> all,
+                            Tokenize(o, RandomWords(rng, static_cast<int>(n))));
+    if (static_cast<int64_t>(all.size()) < n) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("/tokenize gave fewer than ", n, " tokens for ", n, " words"));
+    }
+    all.resize(static_cast<size_t>(n));
+    return all;
+  };
+  std::vector<int64_t> prefix;
+  if (o.prefix_len > 0) {  // drawn first only when asked: other datasets keep their seeds
+    TANDEM_ASSIGN_OR_RETURN(prefix, random_ids(o.prefix_len));
+  }
   std::vector<DatasetPrompt> out;
   out.reserve(static_cast<size_t>(o.num_prompts));
   for (int i = 0; i < o.num_prompts; ++i) {
     DatasetPrompt p;
     p.input_len = DrawLength(rng, o.input_len, o.range_ratio);
     p.output_len = DrawLength(rng, o.output_len, o.range_ratio);
-    const std::string text = RandomWords(rng, static_cast<int>(p.input_len));
-    TANDEM_ASSIGN_OR_RETURN(std::vector<int64_t> all, Tokenize(o, text));
-    if (static_cast<int64_t>(all.size()) < p.input_len) {
-      return absl::FailedPreconditionError(absl::StrCat("/tokenize gave fewer than ", p.input_len,
-                                                        " tokens for ", p.input_len, " words"));
-    }
-    json ids = json::array();
-    for (int64_t k = 0; k < p.input_len; ++k) ids.push_back(all[static_cast<size_t>(k)]);
+    TANDEM_ASSIGN_OR_RETURN(std::vector<int64_t> own, random_ids(p.input_len));
+    json ids(prefix);
+    for (int64_t id : own) ids.push_back(id);
+    p.input_len += o.prefix_len;
     if (o.endpoint == ApiEndpoint::kCompletions) {
       p.prompt = std::move(ids);
     } else {

@@ -6,6 +6,9 @@
 //             words that the server's own /tokenize turns into ids, cut to
 //             the length: /v1/completions gets the ids themselves (exactly
 //             that many prompt tokens), chat the text /detokenize gives back.
+//             With prefix_len, every prompt starts with the same prefix_len
+//             tokens of one random text drawn first (vLLM's
+//             --random-prefix-len), which its input length includes.
 //   sharegpt  conversations from a ShareGPT JSON file ([{"conversations":
 //             [{"from": "human", "value": ...}, {"from": "gpt", "value":
 //             ...}, ...]}, ...]), shuffled by the seed: the first turn is the

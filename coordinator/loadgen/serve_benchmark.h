@@ -28,6 +28,7 @@ struct ServeBenchmarkOptions {
   int input_len = 1024;
   int output_len = 128;
   double range_ratio = 0.0;
+  int prefix_len = 0;  // random: tokens of one opening every prompt starts with
   // "random", or "sharegpt" read from dataset_path (datasets.h).
   std::string dataset_name = "random";
   std::string dataset_path;

@@ -69,6 +69,34 @@ TEST(ServeBenchmark, CompletionsReachTheServerWithTheirLengths) {
   EXPECT_GT(s["output_throughput"].get<double>(), 0);
 }
 
+TEST(ServeBenchmark, ARandomPrefixOpensEveryPromptAndCountsAsInput) {
+  TestServer ts;
+  ASSERT_TRUE(ts.Start());
+  ServeBenchmarkOptions o = Options(ts);
+  auto plain = MakeRandomDataset(o);
+  o.prefix_len = 7;
+  auto prefixed = MakeRandomDataset(o);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(prefixed.ok()) << prefixed.status();
+  ASSERT_EQ(prefixed->size(), plain->size());
+  std::vector<int32_t> opening;
+  for (size_t i = 0; i < prefixed->size(); ++i) {
+    const std::vector<int32_t> ids = (*prefixed)[i].prompt.get<std::vector<int32_t>>();
+    ASSERT_EQ(static_cast<int64_t>(ids.size()), (*prefixed)[i].input_len);
+    EXPECT_GE((*prefixed)[i].input_len, 7 + 10);
+    EXPECT_LE((*prefixed)[i].input_len, 7 + 30);
+    if (i == 0) opening.assign(ids.begin(), ids.begin() + 7);
+    EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + 7), opening) << i;
+  }
+  // Without a prefix the draws are what they were.
+  o.prefix_len = 0;
+  auto again = MakeRandomDataset(o);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[3].prompt, (*plain)[3].prompt);
+  o.prefix_len = -1;
+  EXPECT_EQ(MakeRandomDataset(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ServeBenchmark, ChatSendsTheDetokenizedPrompt) {
   TestServer ts;
   ASSERT_TRUE(ts.Start());
