@@ -221,6 +221,10 @@ void AddCoordinatorFlags(CLI::App* cmd, CoordinatorOptions& o) {
                   "KV cache blocks of 16 tokens (default: enough for max-num-seqs/4 full "
                   "contexts)")
       ->check(kPositiveCount);
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
+                "Share the KV of prompts' equal openings between requests (full blocks of 16 "
+                "tokens on the GPU pool; vLLM's automatic prefix caching); usage then reports "
+                "prompt_tokens_details.cached_tokens (default: on)");
   cmd->add_option("--chat-template", o.chat_template, "File with a Jinja chat template overriding the model's");
   cmd->add_option("--reasoning-parser", o.reasoning_parser,
                   "Split chat answers into reasoning_content and content at </think>: qwen3 or "
@@ -593,6 +597,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
     dc.tp_group_prefix = absl::StrCat("/tandem-", getpid(), "-tp");
   }
   dc.max_num_seqs = o.max_num_seqs;
+  dc.enable_prefix_caching = o.enable_prefix_caching;
   dc.max_num_batched_tokens = std::max(o.max_num_batched_tokens, o.max_num_seqs);
   for (int64_t id : cfg.eos_token_ids) dc.eos_token_ids.push_back(static_cast<int32_t>(id));
   if (p->tokenizer != nullptr) {
@@ -618,6 +623,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
     m->SetKvCacheUsage(dm.gpu_kv_usage);
     m->SetKvBlocks("gpu", dm.gpu_kv_blocks_used, dm.gpu_kv_blocks_total);
     m->SetKvBlocks("cpu", dm.cpu_kv_blocks_used, dm.cpu_kv_blocks_total);
+    m->SetPrefixCacheTotals(dm.prefix_cache_queries, dm.prefix_cache_hits);
     for (const auto& [event, count] : dm.expert_cache) m->SetExpertCacheEvent(event, count);
   });
 

@@ -46,6 +46,7 @@ struct CoordinatorOptions {
   bool gpu_experts_only = false;      // the expert cache runs every expert on the device
   int expert_prefetch = 0;            // experts prefetched per layer; 0: the cache's default
   bool neo_sub_batches = false;       // Neo's two asymmetric sub-batches per step
+  bool enable_prefix_caching = true;  // vLLM's default
   std::string rings;                  // shared-memory ring prefix for the cpu_worker
   int64_t max_model_len = 0;
   int64_t max_num_seqs = 16;

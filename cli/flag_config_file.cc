@@ -180,7 +180,10 @@ absl::Status ApplyConfigFile(const CLI::App& app, std::vector<std::string>* args
           absl::StrCat("--config ", file, ": '", key, "' is not a flag of tandem ",
                        first == 2 ? (*args)[0] + " " + sub->get_name() : sub->get_name()));
     }
-    env.emplace_back(FlagEnvironmentName(opt->get_lnames().front()), value);
+    // A flag's negated name ("no-enable-prefix-caching: true") sets the
+    // variable of its first name, so the value is turned round.
+    const std::string v = opt->get_expected_max() == 0 ? opt->get_flag_value(key, value) : value;
+    env.emplace_back(FlagEnvironmentName(opt->get_lnames().front()), v);
   }
   if (applied != nullptr) applied->file = file;
   for (const auto& [name, value] : env) {

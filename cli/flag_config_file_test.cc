@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/flag_environment.h"
 #include "gtest/gtest.h"
 
 namespace tandem::cli {
@@ -119,6 +120,37 @@ TEST_F(ConfigFileTest, ErrorsChangeNothing) {
   std::vector<std::string> other = {"bogus", "--config", path_};
   EXPECT_TRUE(ApplyConfigFile(app_, &other).ok());
   EXPECT_EQ(other.size(), 3u);
+}
+
+// A flag with a negated name (vLLM's --no-enable-prefix-caching): either
+// name may be a key, and the flag ends up as the file says.
+TEST(FlagConfigFile, ANegatedFlagNameSetsTheFlagOff) {
+  const std::pair<const char*, bool> cases[] = {
+      {"no-enable-prefix-caching: true\n", false},
+      {"no-enable-prefix-caching: false\n", true},
+      {"enable-prefix-caching: false\n", false},
+      {"enable-prefix-caching: yes\n", true},
+  };
+  const std::string path = ::testing::TempDir() + "/flag_config_negated.yaml";
+  for (const auto& [text, want] : cases) {
+    SCOPED_TRACE(text);
+    CLI::App app;
+    bool on = !want;
+    app.add_subcommand("serve")->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching",
+                                          on);
+    AddConfigFlag(app);
+    BindFlagsToEnvironment(app);
+    std::ofstream(path) << text;
+    std::vector<std::string> args = {"serve", "--config", path};
+    ASSERT_TRUE(ApplyConfigFile(app, &args).ok());
+    std::vector<std::string> argv = {"tandem"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<const char*> c;
+    for (const std::string& a : argv) c.push_back(a.c_str());
+    ASSERT_NO_THROW(app.parse(static_cast<int>(c.size()), c.data()));
+    EXPECT_EQ(on, want);
+    unsetenv("TANDEM_ARG_ENABLE_PREFIX_CACHING");
+  }
 }
 
 // `tandem bench serve --config F`: the nested subcommand's flags are the keys.

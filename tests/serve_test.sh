@@ -36,6 +36,17 @@ CHAT=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
 echo "chat: $CHAT"
 check "chat answer names Paris" grep -q "Paris" <<<"$CHAT"
 
+# The same chat again runs from the first one's cached KV blocks (prefix
+# caching is on by default) and answers the same.
+CHAT2=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"smollm2","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":24,"temperature":0}')
+CACHED=$(python3 -c "import sys,json;print(json.loads(sys.argv[1])['usage']['prompt_tokens_details']['cached_tokens'])" "$CHAT2" 2>/dev/null)
+SAME=$(python3 -c "import sys,json;a,b=(json.loads(x)['choices'][0]['message']['content'] for x in sys.argv[1:]);print(a==b)" "$CHAT" "$CHAT2" 2>/dev/null)
+check "a repeated chat reuses cached KV (cached_tokens $CACHED of $(python3 -c "import sys,json;print(json.loads(sys.argv[1])['usage']['prompt_tokens'])" "$CHAT2" 2>/dev/null))" \
+  test "${CACHED:-0}" -gt 0
+check "and answers as the first one did" test "$SAME" = True
+check "metrics count prefix cache hits" sh -c "curl -s '$URL/metrics' | grep -q '^vllm:prefix_cache_hits_total{.*} [1-9]'"
+
 # /tokenize counts what the chat endpoint sends the model; /detokenize inverts it.
 TOK=$(curl -s "$URL/tokenize" -H 'Content-Type: application/json' \
   -d '{"model":"smollm2","messages":[{"role":"user","content":"What is the capital of France?"}]}')

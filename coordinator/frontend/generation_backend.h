@@ -121,6 +121,10 @@ struct GenerationEvent {
   // Seconds between arrival and first scheduling; set in the first event
   // that carries tokens, when the backend knows it (< 0: unknown).
   double queue_time_s = -1.0;
+  // In the final event: prompt tokens whose KV the prefix cache held (the
+  // OpenAI usage's prompt_tokens_details.cached_tokens); -1: the backend
+  // does not cache prefixes.
+  int64_t cached_prompt_tokens = -1;
 };
 
 // Returns false when the client is gone (see the contract above).

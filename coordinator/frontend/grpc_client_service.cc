@@ -275,6 +275,9 @@ absl::Status GrpcClientService::RunGenerate(
                           : "error");
         msg.mutable_usage()->set_prompt_tokens(prompt_tokens);
         msg.mutable_usage()->set_completion_tokens(completion_tokens);
+        if (e.cached_prompt_tokens >= 0) {
+          msg.mutable_usage()->set_cached_prompt_tokens(e.cached_prompt_tokens);
+        }
       } else if (msg.token_ids().empty() && msg.text().empty()) {
         continue;  // nothing to tell the client
       }

@@ -126,6 +126,7 @@ TEST(GrpcClientServiceTest, StreamsTokensAndTextUntilEos) {
   EXPECT_EQ(last.usage().prompt_tokens(), 3);  // <bos> H i
   EXPECT_EQ(last.usage().completion_tokens(),
             static_cast<int64_t>(expected.size()));
+  EXPECT_FALSE(last.usage().has_cached_prompt_tokens());  // the fake caches nothing
   auto submitted = h.backend.last_submitted();
   ASSERT_TRUE(submitted.has_value());
   EXPECT_THAT(submitted->prompt_ids,

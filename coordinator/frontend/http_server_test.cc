@@ -82,6 +82,39 @@ TEST(FrontendServerTest, NotReadyBackend) {
   EXPECT_EQ(r->get_header_value("Retry-After"), "1");
 }
 
+TEST(FrontendServerTest, UsageGivesCachedTokensWhenTheBackendCachesPrefixes) {
+  for (const int64_t cached : {-1, 0, 2}) {
+    SCOPED_TRACE(cached);
+    TestServer ts;
+    FakeBackend::Options bo;
+    bo.cached_prompt_tokens = cached;
+    ASSERT_TRUE(ts.Start({}, bo));
+    auto c = ts.Client();
+    // Two choices: their cached tokens add up, as their prompt tokens do.
+    auto r = c->Post("/v1/completions", R"({"model":"fake","prompt":["Hi","Yo"],"max_tokens":2})",
+                     kJsonType);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    json u = Json(r->body)["usage"];
+    EXPECT_EQ(u["prompt_tokens"], 6);
+    if (cached < 0) {
+      EXPECT_FALSE(u.contains("prompt_tokens_details")) << u.dump();
+    } else {
+      EXPECT_EQ(u["prompt_tokens_details"]["cached_tokens"], 2 * cached) << u.dump();
+    }
+    // And in the last chunk of a stream that asks for usage.
+    r = c->Post("/v1/chat/completions",
+                R"({"model":"fake","messages":[{"role":"user","content":"Hi"}],"max_tokens":2,)"
+                R"("stream":true,"stream_options":{"include_usage":true}})",
+                kJsonType);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const size_t at = r->body.rfind("\"usage\":{");
+    ASSERT_NE(at, std::string::npos) << r->body;
+    EXPECT_EQ(r->body.find("cached_tokens", at) != std::string::npos, cached >= 0) << r->body;
+  }
+}
+
 TEST(FrontendServerTest, CompletionNonStreaming) {
   TestServer ts;
   ASSERT_TRUE(ts.Start());

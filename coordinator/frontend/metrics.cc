@@ -137,6 +137,16 @@ Metrics::Metrics(std::string model_name)
                                     "sub-batches, MoE-Lightning's micro-batches).")
                               .Register(r)
                               .Add(model);
+  prefix_queries_ = &prometheus::BuildCounter()
+                         .Name("vllm:prefix_cache_queries_total")
+                         .Help("Prefix cache queries, in terms of number of queried tokens.")
+                         .Register(r)
+                         .Add(model);
+  prefix_hits_ = &prometheus::BuildCounter()
+                      .Name("vllm:prefix_cache_hits_total")
+                      .Help("Prefix cache hits, in terms of number of cached tokens.")
+                      .Register(r)
+                      .Add(model);
   worker_step_ = &prometheus::BuildHistogram()
                       .Name("tandem_worker_step_seconds")
                       .Help("Time of one step on each worker in seconds.")
@@ -208,6 +218,14 @@ void Metrics::AddPrefillGpuRows(int64_t n) {
 
 void Metrics::ObserveMicroBatches(int64_t micro_batches) {
   if (micro_batches > 1) micro_batched_steps_->Increment();
+}
+
+void Metrics::SetPrefixCacheTotals(int64_t queries, int64_t hits) {
+  // Totals only grow; a counter takes the difference.
+  const double dq = static_cast<double>(queries) - prefix_queries_->Value();
+  const double dh = static_cast<double>(hits) - prefix_hits_->Value();
+  if (dq > 0) prefix_queries_->Increment(dq);
+  if (dh > 0) prefix_hits_->Increment(dh);
 }
 
 void Metrics::SetCollectHook(std::function<void()> hook) {

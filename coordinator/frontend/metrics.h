@@ -12,7 +12,9 @@
 //     tandem_prefill_gpu_rows_total (prefill rows whose CPU-side MLP rows
 //     ran on the GPU instead: ScheInfer's token assignment n_g),
 //     tandem_micro_batched_steps_total (steps run as more than one
-//     micro-batch: Neo's sub-batches or MoE-Lightning's micro-batches)
+//     micro-batch: Neo's sub-batches or MoE-Lightning's micro-batches),
+//     vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total (prompt
+//     tokens looked up in the prefix cache, and found)
 //   gauges vllm:num_requests_running, vllm:num_requests_waiting,
 //     vllm:kv_cache_usage_perc (0..1), tandem_kv_blocks_used{pool},
 //     tandem_kv_blocks_total{pool}, tandem_http_requests_in_flight,
@@ -70,6 +72,8 @@ class Metrics {
   void AddPrefillGpuRows(int64_t n);
   // A step the workers ran as `micro_batches` micro-batches (counted when > 1).
   void ObserveMicroBatches(int64_t micro_batches);
+  // The scheduler's prefix cache totals since start (the counters follow).
+  void SetPrefixCacheTotals(int64_t queries, int64_t hits);
 
   // Called at the start of every scrape (e.g. to refresh gauges lazily).
   void SetCollectHook(std::function<void()> hook);
@@ -103,6 +107,8 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* worker_step_;
   prometheus::Counter* prefill_gpu_rows_;
   prometheus::Counter* micro_batched_steps_;
+  prometheus::Counter* prefix_queries_;
+  prometheus::Counter* prefix_hits_;
 
   std::mutex hook_mu_;
   std::function<void()> hook_;

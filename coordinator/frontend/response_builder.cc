@@ -40,8 +40,7 @@ bool ResponseBuilder::AllFinished() const {
 Usage ResponseBuilder::usage() const {
   Usage u;
   for (const Choice& c : choices_) {
-    u.prompt_tokens += c.state.prompt_tokens();
-    u.completion_tokens += c.state.completion_tokens();
+    u.Add(c.state.prompt_tokens(), c.state.completion_tokens(), c.state.cached_prompt_tokens());
   }
   return u;
 }

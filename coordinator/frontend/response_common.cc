@@ -91,7 +91,18 @@ ojson Usage::ToJson() const {
   u["prompt_tokens"] = prompt_tokens;
   u["completion_tokens"] = completion_tokens;
   u["total_tokens"] = prompt_tokens + completion_tokens;
+  if (cached_tokens >= 0) {
+    ojson details;
+    details["cached_tokens"] = cached_tokens;
+    u["prompt_tokens_details"] = std::move(details);
+  }
   return u;
+}
+
+void Usage::Add(int64_t prompt, int64_t completion, int64_t cached) {
+  prompt_tokens += prompt;
+  completion_tokens += completion;
+  if (cached >= 0) cached_tokens = std::max<int64_t>(cached_tokens, 0) + cached;
 }
 
 ChoiceState::ChoiceState(const ResponseContext& ctx, const PromptInput& prompt)
@@ -121,6 +132,7 @@ ChoiceDelta ChoiceState::Apply(const GenerationEvent& e,
   }
   if (e.finished) {
     finished_ = true;
+    cached_prompt_tokens_ = e.cached_prompt_tokens;
     d.finished = true;
     d.finish_reason = std::string(FinishReasonName(e.finish_reason));
     if (e.stop_string.has_value()) {

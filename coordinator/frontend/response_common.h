@@ -51,6 +51,11 @@ struct ResponseContext {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // Prompt tokens served from the prefix cache; -1: not reported (the
+  // backend does not cache prefixes), else prompt_tokens_details is given.
+  int64_t cached_tokens = -1;
+  // Folds in one choice's figures.
+  void Add(int64_t prompt, int64_t completion, int64_t cached);
   ojson ToJson() const;
 };
 
@@ -73,6 +78,7 @@ class ChoiceState {
 
   int64_t prompt_tokens() const { return prompt_tokens_; }
   int64_t completion_tokens() const { return completion_tokens_; }
+  int64_t cached_prompt_tokens() const { return cached_prompt_tokens_; }  // -1: unknown
   bool finished() const { return finished_; }
   bool started() const { return started_; }
   // Running code-point offset for completions text_offset.
@@ -84,6 +90,7 @@ class ChoiceState {
   const PromptInput& prompt_;
   int64_t prompt_tokens_;
   int64_t completion_tokens_ = 0;
+  int64_t cached_prompt_tokens_ = -1;
   int64_t text_offset_ = 0;
   bool started_ = false;
   bool finished_ = false;

@@ -121,8 +121,7 @@ std::string SseStream::End() {
 Usage SseStream::usage() const {
   Usage u;
   for (const ChoiceState& c : choices_) {
-    u.prompt_tokens += c.prompt_tokens();
-    u.completion_tokens += c.completion_tokens();
+    u.Add(c.prompt_tokens(), c.completion_tokens(), c.cached_prompt_tokens());
   }
   return u;
 }

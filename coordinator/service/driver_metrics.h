@@ -70,6 +70,9 @@ struct DriverMetrics {
   int64_t num_model_loads = 0;    // successful LoadModel calls
   int64_t generated_tokens = 0;   // sampled tokens, all requests
   int64_t prompt_tokens = 0;      // prompt tokens run (recomputes included)
+  // Prefix caching: tokens of admitted requests looked up, and found.
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
   bool ready = false;             // a gpu_worker is loaded and serving
   std::string worker_id;          // the gpu_worker in use ("" if none)
   std::string worker_address;

@@ -59,6 +59,7 @@ absl::Status FrontendBackend::Submit(frontend::GenerationRequest request,
     f.stop_token_id = e.stop_token_id;
     f.status = e.status;
     f.queue_time_s = e.queue_time_s;
+    if (e.finished) f.cached_prompt_tokens = e.usage.cached_prompt_tokens;
     if (e.finished) {
       absl::MutexLock l(&mu_);
       ids_.erase(key);

@@ -66,6 +66,8 @@ struct TokenLogprob {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // tokens sampled (stop-string tokens too)
+  // Prompt tokens served from the prefix cache; -1: prefix caching is off.
+  int64_t cached_prompt_tokens = -1;
 };
 
 // One streamed piece of a request's output. Events of one request are

@@ -33,6 +33,7 @@ proto::StepSequence ToStepSequence(const sched::ScheduledChunk& chunk,
   s.set_cpu_attention(chunk.pool == sched::KvPool::kCpu);
   s.mutable_block_table()->Add(chunk.block_table.begin(),
                                chunk.block_table.end());
+  s.set_shared_prefix_tokens(chunk.shared_prefix_tokens);
   s.set_generated(generated);
   *s.mutable_sampling() = ToProtoSampling(params, seed);
   if (chunk.sample && generated < params.min_tokens) {

@@ -89,6 +89,7 @@ GenerationEvent RequestOutput::TakeFinalEvent(FinishReason reason,
   e.status = std::move(status);
   e.usage.prompt_tokens = num_prompt_tokens_;
   e.usage.completion_tokens = num_generated_;
+  e.usage.cached_prompt_tokens = cached_prompt_tokens_;
   return e;
 }
 

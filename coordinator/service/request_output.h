@@ -54,6 +54,9 @@ class RequestOutput {
     if (queue_time_s_ < 0) queue_time_s_ = seconds;
   }
   bool queue_time_known() const { return queue_time_s_ >= 0; }
+  // Prompt tokens whose KV came from the prefix cache (reported in the
+  // final event's usage; unset: prefix caching is off).
+  void set_cached_prompt_tokens(int64_t n) { cached_prompt_tokens_ = n; }
 
   int64_t request_id() const { return request_id_; }
   int64_t num_generated() const { return num_generated_; }
@@ -74,6 +77,7 @@ class RequestOutput {
   int64_t num_generated_ = 0;
   double queue_time_s_ = -1.0;
   bool queue_time_sent_ = false;
+  int64_t cached_prompt_tokens_ = -1;
   std::optional<FinishReason> finish_;  // set once a finish is known
   std::optional<std::string> stop_string_;
   std::optional<int32_t> stop_token_id_;

@@ -57,6 +57,7 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
   sc.max_num_seqs = config.max_num_seqs;
   sc.max_model_len = config.model.max_context;
   sc.eos_token_ids = config.eos_token_ids;
+  sc.enable_prefix_caching = config.enable_prefix_caching;
   if (config.cpu_kv_only && config.num_cpu_kv_blocks == 0) {
     return absl::InvalidArgumentError("cpu_kv_only needs a CPU KV pool (num_cpu_kv_blocks)");
   }
@@ -197,6 +198,8 @@ DriverMetrics StepDriver::metrics() const {
   m.cpu_kv_usage = scheduler_->kv_usage(sched::KvPool::kCpu);
   m.num_preemptions = scheduler_->num_preemptions();
   m.num_requests_finished = scheduler_->num_finished();
+  m.prefix_cache_queries = scheduler_->num_prefix_cache_queries();
+  m.prefix_cache_hits = scheduler_->num_prefix_cache_hits();
   m.ready = state_ == WorkerState::kReady;
   m.worker_id = current_ ? current_->id : "";
   m.worker_address = current_ ? current_->address : "";

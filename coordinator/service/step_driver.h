@@ -80,6 +80,10 @@ struct StepDriverConfig {
   // (MoE-Lightning's CPU attention) instead of the GPU's first (Neo).
   bool cpu_kv_only = false;
   std::vector<int32_t> eos_token_ids;  // the model's end-of-generation ids
+  // Share the KV of equal prompt openings between requests (the GPU pool's
+  // full blocks; vLLM's automatic prefix caching). Usage then reports
+  // cached_tokens.
+  bool enable_prefix_caching = false;
   int64_t vocab_size = 0;  // > 0: Submit checks token ids against it
   // Submit returns kResourceExhausted while this many requests wait.
   int64_t max_waiting = 1024;

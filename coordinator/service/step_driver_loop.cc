@@ -197,6 +197,8 @@ void StepDriver::LoadModel() {
         " KV tokens; the scheduler plans for ", need_cpu_tokens));
   }
   if (r.ok()) {
+    // KV cached for the previous worker is not on this one.
+    scheduler_->ResetPrefixCache();
     stub_ = stubs[0];
     peer_stubs_.assign(stubs.begin() + 1, stubs.end());
     state_ = WorkerState::kReady;
@@ -262,6 +264,9 @@ proto::StepPlan StepDriver::BuildPlan(const sched::StepPlan& plan) {
     *out.add_sequences() = ToStepSequence(c, live.params, live.seed,
                                           generated, config_.eos_token_ids);
     live.output->set_queue_time(SecondsSince(live.arrival));
+    if (config_.enable_prefix_caching && r != nullptr) {
+      live.output->set_cached_prompt_tokens(r->num_cached_prompt_tokens());
+    }
   }
   out.mutable_free_seq_ids()->Add(pending_free_.begin(), pending_free_.end());
   pending_free_.clear();

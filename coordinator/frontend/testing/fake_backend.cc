@@ -118,6 +118,7 @@ TokenLogprob MakeLogprob(int32_t id, int32_t k, float logprob) {
 GenerationEvent FakeBackend::Step(Active& a) {
   const SamplingOptions& s = a.request.sampling;
   GenerationEvent e;
+  e.cached_prompt_tokens = options_.cached_prompt_tokens;
   if (a.generated == 0) {
     auto waited = std::chrono::steady_clock::now() - a.request.arrival_time;
     e.queue_time_s = std::chrono::duration<double>(waited).count();

@@ -34,6 +34,8 @@ class FakeBackend : public GenerationBackend {
     std::chrono::milliseconds queue_delay{0};
     // > 0: after this many tokens the request fails with kUnavailable.
     int64_t fail_after_tokens = 0;
+    // Reported in every event as GenerationEvent.cached_prompt_tokens.
+    int64_t cached_prompt_tokens = -1;
   };
   FakeBackend() : FakeBackend(Options()) {}
   explicit FakeBackend(Options options);

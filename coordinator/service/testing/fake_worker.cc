@@ -57,6 +57,7 @@ grpc::Status FakeWorker::LoadModel(grpc::ServerContext* ctx,
       std::max<int64_t>(1, req->kv_blocks() * block_size_ / max_context_);
   total_blocks_ = per_seq * seqs;
   seqs_.clear();
+  slots_.assign(static_cast<size_t>(total_blocks_ * block_size_), -1);
   loaded_ = true;
   ++loads_;
   resp->set_kv_blocks(total_blocks_);
@@ -132,8 +133,23 @@ absl::Status FakeWorker::RunStep(const proto::StepPlan& plan,
       }
     }
     auto it = seqs_.find(s.seq_id());
-    const int64_t len =
-        it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.tokens.size());
+    const int64_t own = it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.tokens.size());
+    const int64_t len = std::max(own, s.shared_prefix_tokens());
+    if (s.shared_prefix_tokens() > 0 &&
+        (s.start_pos() != s.shared_prefix_tokens() ||
+         s.block_table_size() < BlocksFor(s.shared_prefix_tokens()))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fake: sequence ", s.seq_id(), " has a bad shared prefix"));
+    }
+    for (int32_t b : s.block_table()) {
+      if (b < 0 || b >= total_blocks_) {
+        return absl::InvalidArgumentError(absl::StrCat("fake: block ", b, " outside the cache"));
+      }
+    }
+    if (s.block_table_size() > 0 &&
+        s.block_table_size() < BlocksFor(s.start_pos() + s.tokens_size())) {
+      return absl::InvalidArgumentError("fake: the block table is too short");
+    }
     if (s.start_pos() < 0 || s.start_pos() > len) {
       return absl::InvalidArgumentError(
           absl::StrCat("fake: sequence ", s.seq_id(), " starts at ",
@@ -153,9 +169,23 @@ absl::Status FakeWorker::RunStep(const proto::StepPlan& plan,
   }
   for (const proto::StepSequence& s : plan.sequences()) {
     std::vector<int32_t>& tokens = seqs_[s.seq_id()].tokens;
+    auto slot = [&](int64_t pos) -> int32_t& {
+      const int64_t block = s.block_table(static_cast<int>(pos / block_size_));
+      return slots_[static_cast<size_t>(block * block_size_ + pos % block_size_)];
+    };
+    if (s.shared_prefix_tokens() > 0) {  // the context is what the blocks hold
+      ++shared_prefix_steps_;
+      tokens.clear();
+      for (int64_t p = 0; p < s.shared_prefix_tokens(); ++p) tokens.push_back(slot(p));
+    }
     // As in the engine: the sequence now ends where this chunk ends.
     tokens.resize(static_cast<size_t>(s.start_pos()));
     tokens.insert(tokens.end(), s.tokens().begin(), s.tokens().end());
+    if (s.block_table_size() > 0) {
+      for (int64_t p = s.start_pos(); p < static_cast<int64_t>(tokens.size()); ++p) {
+        slot(p) = tokens[static_cast<size_t>(p)];
+      }
+    }
     proto::SequenceResult* r = result->add_results();
     r->set_seq_id(s.seq_id());
     if (!s.sample()) continue;

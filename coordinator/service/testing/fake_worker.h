@@ -83,6 +83,11 @@ class FakeWorker final : public proto::Worker::Service {
   int64_t used_blocks() const;
   int64_t total_blocks() const;
   bool WaitSteps(int64_t n, absl::Duration timeout) const;
+  // Sequences run from a shared prefix (StepSequence.shared_prefix_tokens).
+  int64_t shared_prefix_steps() const {
+    absl::MutexLock lock(&mu_);
+    return shared_prefix_steps_;
+  }
   bool WaitStepCalls(int64_t n, absl::Duration timeout) const;
   bool WaitLoads(int64_t n, absl::Duration timeout) const;
 
@@ -108,6 +113,12 @@ class FakeWorker final : public proto::Worker::Service {
   int64_t block_size_ ABSL_GUARDED_BY(mu_) = 16;
   int64_t total_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<int64_t, Sequence> seqs_ ABSL_GUARDED_BY(mu_);
+  // The token each KV slot was written with, through the plans' block
+  // tables ([block * block_size + slot], -1: never written): a sequence
+  // that starts from a shared prefix reads its context from there, so a
+  // wrong table gives other tokens.
+  std::vector<int32_t> slots_ ABSL_GUARDED_BY(mu_);
+  int64_t shared_prefix_steps_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<ScriptEntry> scripts_ ABSL_GUARDED_BY(mu_);
   int fail_steps_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status fail_step_status_ ABSL_GUARDED_BY(mu_);
