@@ -1,0 +1,85 @@
+// A byte-level recognizer of JSON (RFC 8259) for constrained decoding: it is
+// fed the bytes a model generates and says, before each byte, whether that
+// byte can continue a valid JSON text. The state is a small value type, so
+// the token mask (token_mask.h) copies it once per vocabulary entry and
+// feeds the entry's bytes.
+//
+// What it accepts: one JSON value (an object only, when object_only),
+// optional whitespace before it, nothing after it; strings of valid UTF-8
+// without raw control characters; nesting to kMaxDepth. Numbers end at the
+// first byte that cannot continue them, so "12" is complete only once a
+// following ',' ']' '}' or whitespace arrives — or, at the top level, when
+// the text ends (IsComplete).
+#ifndef TANDEM_COORDINATOR_STRUCTURED_JSON_GRAMMAR_H_
+#define TANDEM_COORDINATOR_STRUCTURED_JSON_GRAMMAR_H_
+
+#include <cstdint>
+#include <string_view>
+
+namespace tandem::structured {
+
+class JsonGrammar {
+ public:
+  static constexpr int kMaxDepth = 64;
+
+  explicit JsonGrammar(bool object_only = false);
+
+  // Feeds one byte; false (and the state is then unspecified) when it
+  // cannot continue a valid JSON text.
+  bool Feed(uint8_t byte);
+  // Feeds every byte; false at the first that does not fit.
+  bool Feed(std::string_view bytes);
+
+  // The top-level value is whole (nothing more may follow but nothing
+  // more is needed).
+  bool IsComplete() const;
+  // Whitespace only so far, or nothing.
+  bool AtStart() const { return mode_ == Mode::kStart; }
+
+ private:
+  enum class Mode : uint8_t {
+    kStart,       // before the top-level value
+    kValue,       // a value is expected (after ':' '[' or ',' in an array)
+    kValueOrEnd,  // after '[': a value or ']'
+    kKeyOrEnd,    // after '{': a key or '}'
+    kKey,         // after ',' in an object: a key
+    kColon,       // after a key
+    kAfterValue,  // after a value inside a container: ',' or its closer
+    kDone,        // the top-level value is whole
+    kString,      // inside a string (key or value)
+    kEscape,      // after '\' in a string
+    kUnicode,     // in \uXXXX, sub_ hex digits read
+    kUtf8,        // in a multi-byte character, sub_ continuation bytes left
+    kLiteral,     // in true / false / null, sub_ bytes matched
+    kNumber,      // in a number, sub_ its NumberState
+  };
+  enum NumberState : uint8_t {
+    kMinus,      // "-"
+    kZero,       // "0" or "-0": '.' 'e' or the end
+    kInt,        // digits after a non-zero first
+    kDot,        // "1."
+    kFrac,       // "1.5"
+    kExp,        // "1e"
+    kExpSign,    // "1e+"
+    kExpDigits,  // "1e5"
+  };
+
+  bool StartValue(uint8_t byte);  // a value's first byte
+  bool EndValue();                // a value (scalar or container) just closed
+  bool Push(bool object);
+  bool InObject() const { return (stack_ >> (depth_ - 1)) & 1; }
+  bool NumberMayEnd() const;
+
+  Mode mode_ = Mode::kStart;
+  bool object_only_ = false;
+  bool string_is_key_ = false;
+  uint8_t sub_ = 0;                            // position within the current mode (see Mode)
+  uint8_t literal_ = 0;                        // 0 true, 1 false, 2 null
+  uint8_t utf8_min_ = 0x80, utf8_max_ = 0xBF;  // range of the next continuation byte
+  int8_t depth_ = 0;
+  uint64_t stack_ = 0;  // bit d-1: 1 when the container at depth d is an object
+};
+
+}  // namespace tandem::structured
+
+#endif  // TANDEM_COORDINATOR_STRUCTURED_JSON_GRAMMAR_H_

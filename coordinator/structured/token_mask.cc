@@ -1,0 +1,78 @@
+#include "coordinator/structured/token_mask.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/tokenizer_parts.h"
+
+namespace tandem::structured {
+
+TokenMasker::TokenMasker(int64_t vocab_size, std::vector<std::string> token_bytes,
+                         std::vector<bool> special, std::vector<int32_t> end_ids)
+    : vocab_size_(vocab_size), bytes_(std::move(token_bytes)), end_ids_(std::move(end_ids)) {
+  if (static_cast<int64_t>(bytes_.size()) > vocab_size_)
+    bytes_.resize(static_cast<size_t>(vocab_size_));
+  for (size_t i = 0; i < bytes_.size() && i < special.size(); ++i) {
+    if (special[i]) bytes_[i].clear();
+  }
+  for (int32_t id : end_ids_) {
+    if (id >= 0 && static_cast<size_t>(id) < bytes_.size()) bytes_[static_cast<size_t>(id)].clear();
+  }
+  end_ids_.erase(std::remove_if(end_ids_.begin(), end_ids_.end(),
+                                [&](int32_t id) { return id < 0 || id >= vocab_size_; }),
+                 end_ids_.end());
+}
+
+absl::StatusOr<std::unique_ptr<TokenMasker>> TokenMasker::FromTokenizer(const Tokenizer& t,
+                                                                        int64_t vocab_size) {
+  if (vocab_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size must be > 0, got ", vocab_size));
+  }
+  if (t.eos_ids().empty()) {
+    return absl::FailedPreconditionError(
+        "the tokenizer names no end-of-generation token: a constrained answer could not end");
+  }
+  const int64_t n = std::min<int64_t>(t.vocab_size(), vocab_size);
+  std::vector<std::string> bytes(static_cast<size_t>(n));
+  std::vector<bool> special(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = static_cast<int32_t>(i);
+    special[static_cast<size_t>(i)] = t.IsSpecial(id);
+    bytes[static_cast<size_t>(i)] = std::string(t.parts().decoder.TokenBytes(id));
+  }
+  return std::make_unique<TokenMasker>(vocab_size, std::move(bytes), std::move(special),
+                                       t.eos_ids());
+}
+
+std::string TokenMasker::AllowedMask(const JsonGrammar& state) const {
+  std::string mask(static_cast<size_t>((vocab_size_ + 7) / 8), '\0');
+  auto allow = [&](int64_t id) {
+    mask[static_cast<size_t>(id / 8)] |= static_cast<char>(1 << (id % 8));
+  };
+  bool any = false;
+  for (size_t i = 0; i < bytes_.size(); ++i) {
+    if (bytes_[i].empty()) continue;
+    JsonGrammar g = state;
+    if (!g.Feed(bytes_[i])) continue;
+    allow(static_cast<int64_t>(i));
+    any = true;
+  }
+  if (state.IsComplete() || !any) {
+    for (int32_t id : end_ids_) allow(id);
+  }
+  return mask;
+}
+
+const std::string& TokenMasker::Bytes(int32_t id) const {
+  static const std::string kNone;
+  if (id < 0 || static_cast<size_t>(id) >= bytes_.size()) return kNone;
+  return bytes_[static_cast<size_t>(id)];
+}
+
+bool TokenMasker::IsEnd(int32_t id) const {
+  return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end();
+}
+
+}  // namespace tandem::structured

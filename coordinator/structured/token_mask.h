@@ -1,0 +1,53 @@
+// Which tokens of a vocabulary may come next under a JSON constraint: the
+// vocabulary's bytes held once, and for a grammar state the bitmask that
+// the gpu_worker's sampler takes (StepSequence.sampling.allowed_tokens).
+//
+// A token is allowed when all its bytes continue the JSON text; special
+// tokens (chat markers and the like) and tokens of no bytes never are, and
+// the end-of-generation ids are exactly when the text is complete. A state
+// that nothing could follow still allows the end ids, so the request ends
+// rather than the sampler having nothing to pick.
+#ifndef TANDEM_COORDINATOR_STRUCTURED_TOKEN_MASK_H_
+#define TANDEM_COORDINATOR_STRUCTURED_TOKEN_MASK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/structured/json_grammar.h"
+
+namespace tandem {
+class Tokenizer;
+}
+
+namespace tandem::structured {
+
+class TokenMasker {
+ public:
+  // token_bytes[i]: the bytes token i stands for; ids at or past its size,
+  // and those marked `special`, are never allowed but as end ids.
+  TokenMasker(int64_t vocab_size, std::vector<std::string> token_bytes, std::vector<bool> special,
+              std::vector<int32_t> end_ids);
+  // From a model's tokenizer (its vocabulary may be smaller than the
+  // model's `vocab_size`: the extra ids are never allowed).
+  static absl::StatusOr<std::unique_ptr<TokenMasker>> FromTokenizer(const Tokenizer& tokenizer,
+                                                                    int64_t vocab_size);
+
+  int64_t vocab_size() const { return vocab_size_; }
+  // ceil(vocab_size / 8) bytes, bit i of byte i / 8 set for an allowed token.
+  std::string AllowedMask(const JsonGrammar& state) const;
+  // The bytes of a sampled token (empty for a special or unknown id).
+  const std::string& Bytes(int32_t id) const;
+  bool IsEnd(int32_t id) const;
+
+ private:
+  int64_t vocab_size_;
+  std::vector<std::string> bytes_;  // empty for special tokens
+  std::vector<int32_t> end_ids_;
+};
+
+}  // namespace tandem::structured
+
+#endif  // TANDEM_COORDINATOR_STRUCTURED_TOKEN_MASK_H_

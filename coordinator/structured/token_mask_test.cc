@@ -1,0 +1,127 @@
+// Token masks over real vocabularies (Qwen3's byte-level BPE, Llama 2's
+// SentencePiece pieces): the tokens of any valid JSON object, as the
+// tokenizer splits it, are allowed one after another and the end ids only
+// once it is complete; the mask's bits are the tokens whose bytes fit.
+#include "coordinator/structured/token_mask.h"
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include "common/tokenizer/testing/test_util.h"
+#include "common/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::structured {
+namespace {
+
+bool Allowed(const std::string& mask, int32_t id) {
+  return (static_cast<uint8_t>(mask[static_cast<size_t>(id / 8)]) >> (id % 8)) & 1;
+}
+
+nlohmann::json RandomObject(std::mt19937& rng, int depth) {
+  nlohmann::json o = nlohmann::json::object();
+  static const char* kWords[] = {"name",      "Paris", "caf\xc3\xa9", "x y",
+                                 "tab\there", "\"q\"", "42",          "\xe2\x82\xac"};
+  for (int i = static_cast<int>(rng() % 4); i > 0; --i) {
+    const std::string key = kWords[rng() % 8];
+    switch (rng() % (depth > 0 ? 5 : 3)) {
+      case 0:
+        o[key] = kWords[rng() % 8];
+        break;
+      case 1:
+        o[key] = static_cast<double>(static_cast<int>(rng() % 2001) - 1000) / 8;
+        break;
+      case 2:
+        o[key] = rng() % 2 ? nlohmann::json(true) : nlohmann::json(nullptr);
+        break;
+      case 3:
+        o[key] = nlohmann::json::array({RandomObject(rng, depth - 1), 1});
+        break;
+      default:
+        o[key] = RandomObject(rng, depth - 1);
+    }
+  }
+  return o;
+}
+
+class TokenMaskTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  const Tokenizer& tokenizer() const {
+    return GetParam() == "qwen3" ? tandem::testing::Qwen3() : tandem::testing::Llama2();
+  }
+};
+
+TEST_P(TokenMaskTest, EveryTokenOfAValidObjectIsAllowedAndTheEndOnlyAtItsEnd) {
+  const Tokenizer& t = tokenizer();
+  auto masker = TokenMasker::FromTokenizer(t, t.vocab_size() + 5);  // the model's may be larger
+  ASSERT_TRUE(masker.ok()) << masker.status();
+  const int32_t eos = t.eos_ids().front();
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int doc = 0; doc < 12; ++doc) {
+    const std::string text = RandomObject(rng, 2).dump(rng() % 2 ? -1 : 1);
+    const std::vector<int32_t> ids = t.Encode(text, /*add_bos=*/false, /*parse_special=*/false);
+    JsonGrammar g(/*object_only=*/true);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const std::string mask = (*masker)->AllowedMask(g);
+      ASSERT_EQ(mask.size(), static_cast<size_t>((t.vocab_size() + 5 + 7) / 8));
+      ASSERT_TRUE(Allowed(mask, ids[i]))
+          << text << ": token " << i << " '" << t.TokenPiece(ids[i]) << "'";
+      EXPECT_FALSE(Allowed(mask, eos)) << text << " before token " << i;
+      ASSERT_TRUE(g.Feed((*masker)->Bytes(ids[i])));
+    }
+    const std::string end = (*masker)->AllowedMask(g);
+    EXPECT_TRUE(Allowed(end, eos)) << text;
+    for (int64_t id = 0; id < t.vocab_size() + 5; ++id) {
+      if ((*masker)->IsEnd(static_cast<int32_t>(id))) continue;
+      ASSERT_FALSE(Allowed(end, static_cast<int32_t>(id))) << text << ": " << t.TokenPiece(id);
+    }
+  }
+}
+
+TEST_P(TokenMaskTest, TheBitsAreTheTokensWhoseBytesFit) {
+  const Tokenizer& t = tokenizer();
+  auto masker = TokenMasker::FromTokenizer(t, t.vocab_size());
+  ASSERT_TRUE(masker.ok()) << masker.status();
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const char* prefix :
+       {"", "{", "{\"na", "{\"a\": ", "{\"a\": [1, 2", "{\"a\": -0.", "{\"a\":\"\\u00"}) {
+    JsonGrammar g(true);
+    ASSERT_TRUE(g.Feed(prefix)) << prefix;
+    const std::string mask = (*masker)->AllowedMask(g);
+    int64_t allowed = 0;
+    for (int32_t id = 0; id < t.vocab_size(); ++id) {
+      JsonGrammar copy = g;
+      const std::string& bytes = (*masker)->Bytes(id);
+      const bool fits = !t.IsSpecial(id) && !bytes.empty() && copy.Feed(bytes);
+      ASSERT_EQ(Allowed(mask, id), fits) << prefix << " + '" << t.TokenPiece(id) << "'";
+      allowed += fits ? 1 : 0;
+    }
+    EXPECT_GT(allowed, 0) << prefix;
+    const std::string p = prefix;
+    const bool in_string = std::count(p.begin(), p.end(), '"') % 2 == 1;
+    if (!in_string) EXPECT_LT(allowed, t.vocab_size() / 20) << prefix;  // a constraint
+  }
+  // At the start of an object-only answer: '{' yes, '[' no; no special token.
+  JsonGrammar start(true);
+  const std::string mask = (*masker)->AllowedMask(start);
+  const std::vector<int32_t> brace = t.Encode("{", false, false);
+  const std::vector<int32_t> bracket = t.Encode("[", false, false);
+  ASSERT_EQ(brace.size(), 1u);
+  ASSERT_EQ(bracket.size(), 1u);
+  EXPECT_TRUE(Allowed(mask, brace[0]));
+  EXPECT_FALSE(Allowed(mask, bracket[0]));
+  for (int32_t id = 0; id < t.vocab_size(); ++id) {
+    if (t.IsSpecial(id)) EXPECT_FALSE(Allowed(mask, id)) << t.TokenPiece(id);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, TokenMaskTest, ::testing::Values("qwen3", "llama2"));
+
+}  // namespace
+}  // namespace tandem::structured
