@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,19 @@ absl::Status StepExecutor::Validate(const proto::StepPlan& plan) const {
             absl::StrCat("sequence ", s.seq_id(), ": logit_bias for token ", id, " is invalid"));
       }
     }
+    const std::string& allowed = sp.allowed_tokens();
+    if (!allowed.empty()) {
+      const bool sized = static_cast<int64_t>(allowed.size()) == (vocab + 7) / 8;
+      bool any = false;
+      for (int64_t i = 0; sized && !any && i < vocab; ++i) {
+        any = (static_cast<uint8_t>(allowed[static_cast<size_t>(i / 8)]) >> (i % 8)) & 1;
+      }
+      if (!sized || !any) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sequence ", s.seq_id(), ": allowed_tokens must be ", (vocab + 7) / 8,
+            " bytes with a bit set, got ", allowed.size(), any ? "" : " with none set"));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -46,7 +60,7 @@ bool StepExecutor::GreedyOnly(const proto::StepSequence& s) {
   if (!s.sample()) return true;
   const auto& sp = s.sampling();
   return (sp.temperature() <= 0.0f || sp.top_k() == 1) && sp.logit_bias().empty() &&
-         sp.top_logprobs() == 0;
+         sp.allowed_tokens().empty() && sp.top_logprobs() == 0;
 }
 
 void StepExecutor::SampleInto(const float* logits, const proto::StepSequence& s,
@@ -54,9 +68,17 @@ void StepExecutor::SampleInto(const float* logits, const proto::StepSequence& s,
   const int64_t vocab = engine_->config().vocab_size;
   const auto& sp = s.sampling();
   const float* l = logits;
-  if (!sp.logit_bias().empty()) {
+  if (!sp.logit_bias().empty() || !sp.allowed_tokens().empty()) {
     biased_.assign(logits, logits + vocab);
     for (const auto& [id, bias] : sp.logit_bias()) biased_[static_cast<size_t>(id)] += bias;
+    // Tokens outside the constraint get -inf: no temperature, top-k or top-p
+    // brings them back (Validate saw that one is allowed).
+    const std::string& allowed = sp.allowed_tokens();
+    for (int64_t i = 0; !allowed.empty() && i < vocab; ++i) {
+      if (!((static_cast<uint8_t>(allowed[static_cast<size_t>(i / 8)]) >> (i % 8)) & 1)) {
+        biased_[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+      }
+    }
     l = biased_.data();
   }
   ops::SamplingParams p;

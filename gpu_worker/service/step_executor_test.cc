@@ -4,6 +4,7 @@
 #include "gpu_worker/service/step_executor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "common/checkpoint.h"
@@ -194,6 +195,46 @@ TEST(StepExecutor, LogitBiasSteersSampling) {
   EXPECT_EQ(r->results(0).token(), 42);
 }
 
+// A mask of allowed tokens (constrained decoding): whatever the sampler,
+// only allowed tokens come out, and a lone allowed token always does; the
+// reported log-prob is still the model's.
+TEST(StepExecutor, AllowedTokensConfineSampling) {
+  StepExecutor ex(LoadEngine("llama_f32"));
+  const int64_t vocab = ex.engine().config().vocab_size;
+  auto mask = [&](std::vector<int32_t> ids) {
+    std::string m(static_cast<size_t>((vocab + 7) / 8), '\0');
+    for (int32_t id : ids) m[static_cast<size_t>(id / 8)] |= static_cast<char>(1 << (id % 8));
+    return m;
+  };
+  const std::vector<int32_t> allowed = {3, 17, 40, static_cast<int32_t>(vocab - 1)};
+  for (const float temperature : {0.0f, 1.0f, 5.0f}) {
+    for (uint64_t seed = 0; seed < 8; ++seed) {
+      proto::StepPlan p;
+      proto::StepSequence s = Seq(1, {1, 2, 3}, 0, true);
+      s.mutable_sampling()->set_temperature(temperature);
+      s.mutable_sampling()->set_seed(seed);
+      s.mutable_sampling()->set_allowed_tokens(mask(allowed));
+      *p.add_sequences() = s;
+      p.add_free_seq_ids(1);
+      auto r = ex.Run(p);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_NE(std::find(allowed.begin(), allowed.end(), r->results(0).token()), allowed.end())
+          << r->results(0).token() << " at temperature " << temperature;
+    }
+  }
+  // One allowed token wins even against a large bias for another.
+  proto::StepPlan p;
+  proto::StepSequence s = Seq(2, {1, 2, 3}, 0, true);
+  s.mutable_sampling()->set_allowed_tokens(mask({5}));
+  (*s.mutable_sampling()->mutable_logit_bias())[6] = 1000.0f;
+  *p.add_sequences() = s;
+  auto r = ex.Run(p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->results(0).token(), 5);
+  EXPECT_LT(r->results(0).logprob(), 0.0f);
+  EXPECT_TRUE(std::isfinite(r->results(0).logprob()));
+}
+
 TEST(StepExecutor, RejectsBadPlansWithoutRunning) {
   StepExecutor ex(LoadEngine("llama_f32"));
   auto bad = [&](proto::StepSequence s) {
@@ -208,6 +249,13 @@ TEST(StepExecutor, RejectsBadPlansWithoutRunning) {
   (*s.mutable_sampling()->mutable_logit_bias())[1 << 30] = 1.0f;
   EXPECT_EQ(bad(s), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad(Seq(1, {1 << 30}, 0, true)), absl::StatusCode::kInvalidArgument);
+  // A mask of the wrong size, or one that allows nothing.
+  const size_t mask_bytes = static_cast<size_t>((ex.engine().config().vocab_size + 7) / 8);
+  s = Seq(1, {1, 2}, 0, true);
+  s.mutable_sampling()->set_allowed_tokens(std::string(mask_bytes + 1, '\xff'));
+  EXPECT_EQ(bad(s), absl::StatusCode::kInvalidArgument);
+  s.mutable_sampling()->set_allowed_tokens(std::string(mask_bytes, '\0'));
+  EXPECT_EQ(bad(s), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad(Seq(1, {1}, 3, true)), absl::StatusCode::kInvalidArgument);
   // An n_g for a model without CC rows, or a negative one.
   for (int64_t n_g : {int64_t{4}, int64_t{-1}}) {
