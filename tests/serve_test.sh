@@ -45,6 +45,18 @@ SAME=$(python3 -c "import sys,json;a,b=(json.loads(x)['choices'][0]['message']['
 check "a repeated chat reuses cached KV (cached_tokens $CACHED of $(python3 -c "import sys,json;print(json.loads(sys.argv[1])['usage']['prompt_tokens'])" "$CHAT2" 2>/dev/null))" \
   test "${CACHED:-0}" -gt 0
 check "and answers as the first one did" test "$SAME" = True
+# JSON mode: the answer is one JSON object and ends with it.
+JSON_ANSWER=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"smollm2","messages":[{"role":"user","content":"What is the capital of France? Answer in JSON with the key city."}],"max_tokens":120,"temperature":0,"response_format":{"type":"json_object"}}')
+echo "json mode: $JSON_ANSWER"
+JSON_OK=$(python3 -c "
+import sys,json
+c=json.loads(sys.argv[1])['choices'][0]
+print(c['finish_reason']=='stop' and isinstance(json.loads(c['message']['content']),dict))" "$JSON_ANSWER" 2>/dev/null)
+check "response_format json_object gives a JSON object" test "$JSON_OK" = True
+code=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"smollm2","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{}}}}')
+check "response_format json_schema is 400 ($code)" test "$code" = 400
 check "metrics count prefix cache hits" sh -c "curl -s '$URL/metrics' | grep -q '^vllm:prefix_cache_hits_total{.*} [1-9]'"
 
 # /tokenize counts what the chat endpoint sends the model; /detokenize inverts it.

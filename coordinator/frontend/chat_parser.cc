@@ -153,10 +153,10 @@ absl::StatusOr<ChatTemplateOptions> ParseTemplateOptions(const FieldReader& r,
     FieldReader fr(*format, "response_format.");
     TANDEM_ASSIGN_OR_RETURN(auto type, fr.String("type"));
     if (!type.has_value()) return MissingParam("response_format.type");
-    if (*type != "text") {
+    if (*type != "text" && *type != "json_object") {
       return InvalidParam("response_format.type",
                           absl::StrCat("response_format type '", *type,
-                                       "' is not supported (only \"text\")"));
+                                       "' is not supported (\"text\" or \"json_object\")"));
     }
   }
   return t;
@@ -227,6 +227,10 @@ absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body,
       max_completion ? "max_completion_tokens" : "max_tokens";
 
   TANDEM_ASSIGN_OR_RETURN(RenderedChat rendered, RenderChatPrompt(body, text));
+  // JSON mode (checked by RenderChatPrompt): the answer is one JSON object.
+  if (const json* format = r.Find("response_format")) {
+    out.sampling.json_object = format->value("type", "") == "json_object";
+  }
   if (rendered.tools_offered) {
     out.tool_call_parser = options.tool_call_parser;
     // Mistral calls start with the special token [TOOL_CALLS]: the answer is

@@ -70,6 +70,9 @@ struct SamplingOptions {
   // -1: none. k >= 0: log-probs of every prompt token (echo), with k
   // alternatives each; delivered once in the first event.
   int32_t prompt_logprobs = -1;
+  // response_format {"type": "json_object"}: sampling is confined to tokens
+  // that keep the answer a valid JSON object, and ends when it is whole.
+  bool json_object = false;
 };
 
 struct GenerationRequest {

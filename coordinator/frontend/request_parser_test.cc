@@ -74,12 +74,10 @@ std::vector<ErrorCase> ErrorCases() {
       {C, R"({"prompt":[-1]})", 400, "prompt[0]"},
       {C, R"({"prompt":[1.5]})", 400, "prompt[0]"},
       {C, R"({"prompt":"","add_special_tokens":false})", 400, "prompt"},
-      {C,
-       R"({"prompt":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})",
+      {C, R"({"prompt":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})",
        400, "prompt"},
       {C, R"({"prompt":")" + std::string(63, 'x') + R"("})", 400, "prompt"},
-      {C, R"({"prompt":"hi","add_special_tokens":"yes"})", 400,
-       "add_special_tokens"},
+      {C, R"({"prompt":"hi","add_special_tokens":"yes"})", 400, "add_special_tokens"},
       // max_tokens.
       {C, c(R"("max_tokens":"5")"), 400, "max_tokens"},
       {C, c(R"("max_tokens":0)"), 400, "max_tokens"},
@@ -114,8 +112,7 @@ std::vector<ErrorCase> ErrorCases() {
       {H, h(R"("n":3)"), 400, "n"},
       {C, c(R"("best_of":2)"), 400, "best_of"},
       {C, c(R"("stream":"yes")"), 400, "stream"},
-      {C, c(R"("stream_options":{"include_usage":true})"), 400,
-       "stream_options"},
+      {C, c(R"("stream_options":{"include_usage":true})"), 400, "stream_options"},
       {C, c(R"("stream":true,"stream_options":5)"), 400, "stream_options"},
       {C, c(R"("stream":true,"stream_options":{"include_usage":"x"})"), 400,
        "stream_options.include_usage"},
@@ -124,15 +121,13 @@ std::vector<ErrorCase> ErrorCases() {
       {C, c(R"("stop":["a","b","c","d","e"])"), 400, "stop"},
       {C, c(R"("stop_token_ids":[999])"), 400, "stop_token_ids[0]"},
       {C, c(R"("stop_token_ids":"1")"), 400, "stop_token_ids"},
-      {C, c(R"("include_stop_str_in_output":1)"), 400,
-       "include_stop_str_in_output"},
+      {C, c(R"("include_stop_str_in_output":1)"), 400, "include_stop_str_in_output"},
       {C, c(R"("ignore_eos":"x")"), 400, "ignore_eos"},
       {C, c(R"("skip_special_tokens":0)"), 400, "skip_special_tokens"},
       {C, c(R"("min_tokens":-1)"), 400, "min_tokens"},
       {C, c(R"("min_tokens":20,"max_tokens":10)"), 400, "min_tokens"},
       {C, c(R"("user":5)"), 400, "user"},
-      {C, c(R"("return_tokens_as_token_ids":"x")"), 400,
-       "return_tokens_as_token_ids"},
+      {C, c(R"("return_tokens_as_token_ids":"x")"), 400, "return_tokens_as_token_ids"},
       // logit_bias.
       {C, c(R"("logit_bias":[])"), 400, "logit_bias"},
       {C, c(R"("logit_bias":{"abc":1})"), 400, "logit_bias"},
@@ -161,46 +156,37 @@ std::vector<ErrorCase> ErrorCases() {
       {H, R"({"messages":[]})", 400, "messages"},
       {H, R"({"messages":[5]})", 400, "messages[0]"},
       {H, R"({"messages":[{"content":"x"}]})", 400, "messages[0].role"},
-      {H, R"({"messages":[{"role":5,"content":"x"}]})", 400,
-       "messages[0].role"},
-      {H, R"({"messages":[{"role":"wizard","content":"x"}]})", 400,
-       "messages[0].role"},
+      {H, R"({"messages":[{"role":5,"content":"x"}]})", 400, "messages[0].role"},
+      {H, R"({"messages":[{"role":"wizard","content":"x"}]})", 400, "messages[0].role"},
       {H, R"({"messages":[{"role":"user"}]})", 400, "messages[0].content"},
-      {H, R"({"messages":[{"role":"user","content":5}]})", 400,
-       "messages[0].content"},
-      {H,
-       R"({"messages":[{"role":"user","content":"a"},{"role":"user","content":[5]}]})",
-       400, "messages[1].content[0]"},
-      {H,
-       R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
-       400, "messages[0].content[0].type"},
+      {H, R"({"messages":[{"role":"user","content":5}]})", 400, "messages[0].content"},
+      {H, R"({"messages":[{"role":"user","content":"a"},{"role":"user","content":[5]}]})", 400,
+       "messages[1].content[0]"},
+      {H, R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})", 400,
+       "messages[0].content[0].type"},
       {H, R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})", 400,
        "messages[0].content[0].text"},
       {H, R"({"messages":[{"role":"user","content":[{"text":"a"}]}]})", 400,
        "messages[0].content[0].type"},
-      {H, R"({"messages":[{"role":"user","content":"a","name":5}]})", 400,
-       "messages[0].name"},
-      {H,
-       R"({"messages":[{"role":"assistant","content":null,"tool_calls":{}}]})",
-       400, "messages[0].tool_calls"},
-      {H,
-       R"({"messages":[{"role":"user","content":")" + std::string(70, 'x') +
-           R"("}]})",
-       400, "messages"},
+      {H, R"({"messages":[{"role":"user","content":"a","name":5}]})", 400, "messages[0].name"},
+      {H, R"({"messages":[{"role":"assistant","content":null,"tool_calls":{}}]})", 400,
+       "messages[0].tool_calls"},
+      {H, R"({"messages":[{"role":"user","content":")" + std::string(70, 'x') + R"("}]})", 400,
+       "messages"},
       // Chat options.
       {H, h(R"("tools":"x")"), 400, "tools"},
       {H, h(R"("tool_choice":"required")"), 400, "tool_choice"},
       {H, h(R"("tool_choice":{"type":"function"})"), 400, "tool_choice"},
       {H, h(R"("tool_choice":5)"), 400, "tool_choice"},
       {H, h(R"("response_format":"json")"), 400, "response_format"},
-      {H, h(R"("response_format":{"type":"json_object"})"), 400,
+      {H, h(R"("response_format":{"type":"json_schema","json_schema":{}})"), 400,
        "response_format.type"},
       {H, h(R"("response_format":{})"), 400, "response_format.type"},
       {H, h(R"("chat_template_kwargs":{"fail":true})"), 400, "messages"},
       {H, h(R"("chat_template_kwargs":[])"), 400, "chat_template_kwargs"},
       {H, h(R"("continue_final_message":true)"), 400, "continue_final_message"},
-      {H, h(R"("continue_final_message":true,"add_generation_prompt":true)"),
-       400, "continue_final_message"},
+      {H, h(R"("continue_final_message":true,"add_generation_prompt":true)"), 400,
+       "continue_final_message"},
       {H, h(R"("add_generation_prompt":"no")"), 400, "add_generation_prompt"},
       {H, h(R"("chat_template":"{{x}}")"), 400, "chat_template"},
       {H, h(R"("parallel_tool_calls":"x")"), 400, "parallel_tool_calls"},
@@ -374,6 +360,16 @@ TEST(FrontendParserTest, ChatRendersTemplate) {
   EXPECT_EQ(r->top_logprobs, 2);
   EXPECT_EQ(r->sampling.logprobs, 2);
   EXPECT_EQ(r->sampling.prompt_logprobs, -1);
+  EXPECT_FALSE(r->sampling.json_object);  // "text"
+}
+
+TEST(FrontendParserTest, ChatJsonObjectResponseFormatTurnsJsonModeOn) {
+  auto r = Parse(Endpoint::kChat, "{" + Msgs() + R"(,"response_format":{"type":"json_object"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->sampling.json_object);
+  r = Parse(Endpoint::kChat, "{" + Msgs() + "}");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->sampling.json_object);
 }
 
 TEST(FrontendParserTest, ChatDefaultMaxTokensIsRestOfContext) {

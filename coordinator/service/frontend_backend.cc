@@ -46,6 +46,7 @@ absl::Status FrontendBackend::Submit(frontend::GenerationRequest request,
   p.skip_special_tokens = s.skip_special_tokens;
   p.logit_bias = s.logit_bias;
   p.top_logprobs = s.logprobs;
+  p.json_object = s.json_object;
 
   const std::string key = request.request_id;
   auto callback = [this, key, on_event = std::move(on_event)](const GenerationEvent& e) {

@@ -48,6 +48,10 @@ struct GenerationParams {
   // -1: no log-probs. k in [0, 20]: each generated token's log-prob plus the
   // k most likely alternatives.
   int32_t top_logprobs = -1;
+  // Constrained decoding: the answer is one JSON object (needs a
+  // tokenizer); only tokens that keep it valid are sampled, and the end of
+  // generation only once it is whole.
+  bool json_object = false;
 };
 
 struct GenerationRequest {

@@ -65,8 +65,17 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
       sc, config.cpu_kv_only ? std::make_unique<sched::FixedPlacementPolicy>(sched::KvPool::kCpu)
                              : nullptr);
   if (!scheduler.ok()) return scheduler.status();
+  std::unique_ptr<structured::TokenMasker> masker;
+  if (config.tokenizer != nullptr) {
+    absl::StatusOr<std::unique_ptr<structured::TokenMasker>> m =
+        structured::TokenMasker::FromTokenizer(
+            *config.tokenizer,
+            config.vocab_size > 0 ? config.vocab_size : config.tokenizer->vocab_size());
+    if (m.ok()) masker = *std::move(m);  // else JSON mode is refused per request
+  }
   auto driver = std::unique_ptr<StepDriver>(
       new StepDriver(std::move(config), *std::move(scheduler)));
+  driver->masker_ = std::move(masker);
   driver->thread_ = std::thread([d = driver.get()] { d->Loop(); });
   return driver;
 }
@@ -128,6 +137,11 @@ absl::StatusOr<int64_t> StepDriver::Submit(GenerationRequest request,
         config_.model.max_context,
         " must leave room for at least one generated token"));
   }
+  if (request.params.json_object && masker_ == nullptr) {
+    return absl::InvalidArgumentError(
+        "response_format json_object needs the model's tokenizer (with an end-of-generation "
+        "token); this server has none");
+  }
   GenerationParams params = std::move(request.params);
   if (!params.seed.has_value()) {
     if (config_.default_seed.has_value()) {
@@ -161,6 +175,7 @@ absl::StatusOr<int64_t> StepDriver::Submit(GenerationRequest request,
   live.seed = *params.seed;
   live.output = std::make_unique<RequestOutput>(*id, prompt_len, params,
                                                 config_.tokenizer.get());
+  if (params.json_object) live.json.emplace(/*object_only=*/true);
   live.params = std::move(params);
   live.arrival = arrival;
   live_.emplace(*id, std::move(live));

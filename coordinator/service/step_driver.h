@@ -63,6 +63,8 @@
 #include "coordinator/service/model_loading.h"
 #include "coordinator/service/request_output.h"
 #include "coordinator/service/worker_registry.h"
+#include "coordinator/structured/json_grammar.h"
+#include "coordinator/structured/token_mask.h"
 #include "grpcpp/client_context.h"
 #include "proto/worker.grpc.pb.h"
 
@@ -166,6 +168,8 @@ class StepDriver final : public WorkerListener {
     uint64_t seed = 0;
     std::unique_ptr<RequestOutput> output;
     std::chrono::steady_clock::time_point arrival;
+    // JSON mode: the answer so far, as the recognizer has read it.
+    std::optional<structured::JsonGrammar> json;
   };
   struct Outgoing {
     int64_t request_id;
@@ -227,6 +231,8 @@ class StepDriver final : public WorkerListener {
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   std::unique_ptr<sched::Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
+  // The vocabulary's bytes for JSON mode's masks; null without a tokenizer.
+  std::unique_ptr<structured::TokenMasker> masker_;
   absl::flat_hash_map<int64_t, LiveRequest> live_ ABSL_GUARDED_BY(mu_);
   std::vector<Outgoing> outbox_ ABSL_GUARDED_BY(mu_);
   std::vector<StepStats> stats_out_ ABSL_GUARDED_BY(mu_);  // for on_step

@@ -261,8 +261,11 @@ proto::StepPlan StepDriver::BuildPlan(const sched::StepPlan& plan) {
       continue;
     }
     LiveRequest& live = it->second;
-    *out.add_sequences() = ToStepSequence(c, live.params, live.seed,
-                                          generated, config_.eos_token_ids);
+    proto::StepSequence* s = out.add_sequences();
+    *s = ToStepSequence(c, live.params, live.seed, generated, config_.eos_token_ids);
+    if (c.sample && live.json.has_value()) {
+      s->mutable_sampling()->set_allowed_tokens(masker_->AllowedMask(*live.json));
+    }
     live.output->set_queue_time(SecondsSince(live.arrival));
     if (config_.enable_prefix_caching && r != nullptr) {
       live.output->set_cached_prompt_tokens(r->num_cached_prompt_tokens());
@@ -450,6 +453,15 @@ void StepDriver::ApplyResult(const sched::StepPlan& plan,
     auto it = live_.find(u.request_id);
     if (it == live_.end()) continue;  // aborted while the step ran
     LiveRequest& live = it->second;
+    if (live.json.has_value() && !masker_->IsEnd(u.token) &&
+        !live.json->Feed(masker_->Bytes(u.token))) {
+      // The worker sampled outside the mask it was sent.
+      (void)scheduler_->Finish(u.request_id, FinishReason::kError);
+      FinishLive(u.request_id, FinishReason::kError,
+                 absl::InternalError(absl::StrCat("the gpu_worker sampled token ", u.token,
+                                                  ", which breaks the JSON answer")));
+      continue;
+    }
     std::optional<TokenLogprob> logprob;
     if (live.params.top_logprobs >= 0) {
       logprob = ToTokenLogprob(*by_id.at(u.request_id));

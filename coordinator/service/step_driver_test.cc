@@ -52,6 +52,18 @@ TEST_F(StepDriverTest, StreamsOneEventPerTokenInOrder) {
   EXPECT_TRUE(load.placement().whole_model());
 }
 
+TEST_F(StepDriverTest, JsonModeNeedsATokenizer) {
+  StartCoordinator();  // no tokenizer
+  AddWorker();
+  GenerationRequest r;
+  r.prompt_ids = Prompt(3);
+  r.params = Greedy(4);
+  r.params.json_object = true;
+  const auto id = driver_->Submit(std::move(r), events_.Callback());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(id.status().message().find("tokenizer"), std::string::npos) << id.status();
+}
+
 TEST_F(StepDriverTest, EosStopTokenIdsAndIgnoreEos) {
   StartCoordinator();
   testing::FakeWorkerServer* w = AddWorker();

@@ -8,6 +8,7 @@
 #include "coordinator/service/step_driver.h"
 #include "coordinator/service/testing/driver_fixture.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace tandem::coord {
 namespace {
@@ -110,6 +111,59 @@ TEST_F(StepDriverTextTest, IncludeStopStringAndLengthFlush) {
   EXPECT_EQ(log.text, Llama2()->Decode(partial));
   EXPECT_EQ(log.last().finish_reason, FinishReason::kLength);
   EXPECT_TRUE(log.last().text.size() >= 3) << "held text comes at the end";
+}
+
+// JSON mode: every sample goes out with the mask of tokens that keep the
+// answer a JSON object, and once the object is whole only the end of
+// generation is allowed, so a reply that would go on after it stops there.
+TEST_F(StepDriverTextTest, JsonModeEndsTheAnswerWithTheObject) {
+  const std::vector<int32_t> prompt = {1, 15043};
+  const std::vector<int32_t> object = Ids("{\"city\": \"Paris\", \"n\": [2, 3.5]}");
+  std::vector<int32_t> script = object;
+  for (int32_t t : Ids(" That is all.")) script.push_back(t);
+  script.push_back(Llama2()->eos_ids()[0]);
+  worker_->worker().Script(prompt, script);
+  GenerationParams p = Greedy(60);
+  p.json_object = true;
+  const int64_t id = Submit(prompt, p);
+  ASSERT_TRUE(events_.WaitDone(id));
+  const RequestLog log = events_.Get(id);
+  ASSERT_TRUE(log.last().status.ok()) << log.last().status;
+  std::vector<int32_t> want = object;
+  want.push_back(Llama2()->eos_ids()[0]);
+  EXPECT_EQ(log.tokens, want);
+  EXPECT_EQ(log.last().finish_reason, FinishReason::kStop);
+  EXPECT_TRUE(nlohmann::json::accept(log.text)) << log.text;
+  EXPECT_EQ(worker_->worker().masked_samples(), static_cast<int64_t>(want.size()));
+  // Without JSON mode the same script runs to its end, unmasked.
+  const int64_t plain = Submit(prompt, Greedy(60));
+  ASSERT_TRUE(events_.WaitDone(plain));
+  EXPECT_EQ(events_.Get(plain).tokens, script);
+  EXPECT_EQ(worker_->worker().masked_samples(), static_cast<int64_t>(want.size()));
+}
+
+// A worker that samples outside the mask ends the request with an error
+// rather than streaming an answer that is not JSON.
+class StepDriverBrokenMaskTest : public testing::DriverFixture {};
+
+TEST_F(StepDriverBrokenMaskTest, ATokenOutsideTheMaskFailsTheRequest) {
+  StepDriverConfig c = BaseConfig();
+  c.tokenizer = Llama2();
+  c.vocab_size = Llama2()->vocab_size();
+  c.eos_token_ids = Llama2()->eos_ids();
+  StartCoordinator(c);
+  testing::FakeWorker::Options o{Llama2()->vocab_size()};
+  o.ignore_allowed_tokens = true;
+  testing::FakeWorkerServer* w = AddWorker(o);
+  const std::vector<int32_t> prompt = {1, 15043};
+  w->worker().Script(prompt, Llama2()->Encode("Sure: {}", /*add_bos=*/false));
+  GenerationParams p = Greedy(20);
+  p.json_object = true;
+  const int64_t id = Submit(prompt, p);
+  ASSERT_TRUE(events_.WaitDone(id));
+  const RequestLog log = events_.Get(id);
+  EXPECT_EQ(log.last().status.code(), absl::StatusCode::kInternal) << log.last().status;
+  EXPECT_TRUE(log.tokens.empty());
 }
 
 }  // namespace

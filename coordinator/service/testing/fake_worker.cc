@@ -189,7 +189,27 @@ absl::Status FakeWorker::RunStep(const proto::StepPlan& plan,
     proto::SequenceResult* r = result->add_results();
     r->set_seq_id(s.seq_id());
     if (!s.sample()) continue;
-    const int32_t token = NextToken(tokens, s);
+    int32_t token = NextToken(tokens, s);
+    // A constraint: the scripted (or hashed) token when it is allowed,
+    // else the lowest allowed id.
+    const std::string& allowed = s.sampling().allowed_tokens();
+    auto ok = [&](int64_t id) {
+      return (static_cast<uint8_t>(allowed[static_cast<size_t>(id / 8)]) >> (id % 8)) & 1;
+    };
+    if (!allowed.empty()) {
+      ++masked_samples_;
+      if (static_cast<int64_t>(allowed.size()) != (options_.vocab_size + 7) / 8) {
+        return absl::InvalidArgumentError("fake: allowed_tokens of the wrong size");
+      }
+      if (!options_.ignore_allowed_tokens && !ok(token)) {
+        for (int64_t id = 0; id < options_.vocab_size; ++id) {
+          if (ok(id)) {
+            token = static_cast<int32_t>(id);
+            break;
+          }
+        }
+      }
+    }
     r->set_token(token);
     r->set_logprob(-0.5f);
     for (int i = 0; i < s.sampling().top_logprobs(); ++i) {

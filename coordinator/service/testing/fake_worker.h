@@ -33,6 +33,8 @@ class FakeWorker final : public proto::Worker::Service {
  public:
   struct Options {
     int64_t vocab_size = 1000;
+    // Sample as if sampling.allowed_tokens were empty (a broken worker).
+    bool ignore_allowed_tokens = false;
   };
   FakeWorker() : FakeWorker(Options()) {}
   explicit FakeWorker(Options options) : options_(options) {}
@@ -83,6 +85,11 @@ class FakeWorker final : public proto::Worker::Service {
   int64_t used_blocks() const;
   int64_t total_blocks() const;
   bool WaitSteps(int64_t n, absl::Duration timeout) const;
+  // Tokens sampled under a non-empty sampling.allowed_tokens.
+  int64_t masked_samples() const {
+    absl::MutexLock lock(&mu_);
+    return masked_samples_;
+  }
   // Sequences run from a shared prefix (StepSequence.shared_prefix_tokens).
   int64_t shared_prefix_steps() const {
     absl::MutexLock lock(&mu_);
@@ -119,6 +126,7 @@ class FakeWorker final : public proto::Worker::Service {
   // wrong table gives other tokens.
   std::vector<int32_t> slots_ ABSL_GUARDED_BY(mu_);
   int64_t shared_prefix_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t masked_samples_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<ScriptEntry> scripts_ ABSL_GUARDED_BY(mu_);
   int fail_steps_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status fail_step_status_ ABSL_GUARDED_BY(mu_);
