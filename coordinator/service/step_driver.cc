@@ -70,7 +70,8 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
     absl::StatusOr<std::unique_ptr<structured::TokenMasker>> m =
         structured::TokenMasker::FromTokenizer(
             *config.tokenizer,
-            config.vocab_size > 0 ? config.vocab_size : config.tokenizer->vocab_size());
+            config.vocab_size > 0 ? config.vocab_size : config.tokenizer->vocab_size(),
+            config.eos_token_ids);
     if (m.ok()) masker = *std::move(m);  // else JSON mode is refused per request
   }
   auto driver = std::unique_ptr<StepDriver>(

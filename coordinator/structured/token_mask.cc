@@ -25,12 +25,16 @@ TokenMasker::TokenMasker(int64_t vocab_size, std::vector<std::string> token_byte
                  end_ids_.end());
 }
 
-absl::StatusOr<std::unique_ptr<TokenMasker>> TokenMasker::FromTokenizer(const Tokenizer& t,
-                                                                        int64_t vocab_size) {
+absl::StatusOr<std::unique_ptr<TokenMasker>> TokenMasker::FromTokenizer(
+    const Tokenizer& t, int64_t vocab_size, const std::vector<int32_t>& more_end_ids) {
   if (vocab_size <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("vocab_size must be > 0, got ", vocab_size));
   }
-  if (t.eos_ids().empty()) {
+  std::vector<int32_t> end_ids = t.eos_ids();
+  for (int32_t id : more_end_ids) {
+    if (std::find(end_ids.begin(), end_ids.end(), id) == end_ids.end()) end_ids.push_back(id);
+  }
+  if (end_ids.empty()) {
     return absl::FailedPreconditionError(
         "the tokenizer names no end-of-generation token: a constrained answer could not end");
   }
@@ -43,7 +47,7 @@ absl::StatusOr<std::unique_ptr<TokenMasker>> TokenMasker::FromTokenizer(const To
     bytes[static_cast<size_t>(i)] = std::string(t.parts().decoder.TokenBytes(id));
   }
   return std::make_unique<TokenMasker>(vocab_size, std::move(bytes), std::move(special),
-                                       t.eos_ids());
+                                       std::move(end_ids));
 }
 
 std::string TokenMasker::AllowedMask(const JsonGrammar& state) const {

@@ -31,9 +31,12 @@ class TokenMasker {
   TokenMasker(int64_t vocab_size, std::vector<std::string> token_bytes, std::vector<bool> special,
               std::vector<int32_t> end_ids);
   // From a model's tokenizer (its vocabulary may be smaller than the
-  // model's `vocab_size`: the extra ids are never allowed).
-  static absl::StatusOr<std::unique_ptr<TokenMasker>> FromTokenizer(const Tokenizer& tokenizer,
-                                                                    int64_t vocab_size);
+  // model's `vocab_size`: the extra ids are never allowed). The end ids are
+  // the tokenizer's end-of-generation ids and `more_end_ids` (the model's
+  // own, from its config).
+  static absl::StatusOr<std::unique_ptr<TokenMasker>> FromTokenizer(
+      const Tokenizer& tokenizer, int64_t vocab_size,
+      const std::vector<int32_t>& more_end_ids = {});
 
   int64_t vocab_size() const { return vocab_size_; }
   // ceil(vocab_size / 8) bytes, bit i of byte i / 8 set for an allowed token.
