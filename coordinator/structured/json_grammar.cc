@@ -34,6 +34,27 @@ bool JsonGrammar::EndValue() {
   return true;
 }
 
+std::pair<uint64_t, uint64_t> JsonGrammar::Key() const {
+  // Only the containers still open count; sub_ and the rest only in the
+  // modes that read them.
+  const uint64_t stack = depth_ == 0 ? 0 : (stack_ & (~uint64_t{0} >> (64 - depth_)));
+  const bool in_string = mode_ == Mode::kString || mode_ == Mode::kEscape ||
+                         mode_ == Mode::kUnicode || mode_ == Mode::kUtf8;
+  const bool uses_sub = mode_ == Mode::kUnicode || mode_ == Mode::kUtf8 ||
+                        mode_ == Mode::kLiteral || mode_ == Mode::kNumber;
+  uint64_t a = static_cast<uint64_t>(mode_);
+  a = (a << 8) | (uses_sub ? sub_ : 0);
+  a = (a << 8) | (mode_ == Mode::kLiteral ? literal_ : 0);
+  a = (a << 8) | (mode_ == Mode::kUtf8 ? utf8_min_ : 0);
+  a = (a << 8) | (mode_ == Mode::kUtf8 ? utf8_max_ : 0);
+  a = (a << 8) | static_cast<uint8_t>(depth_);
+  a = (a << 1) | (in_string && string_is_key_ ? 1 : 0);
+  a = (a << 1) | (object_only_ ? 1 : 0);
+  return {a, stack};
+}
+
+bool JsonGrammar::operator==(const JsonGrammar& o) const { return Key() == o.Key(); }
+
 bool JsonGrammar::NumberMayEnd() const {
   return sub_ == kZero || sub_ == kInt || sub_ == kFrac || sub_ == kExpDigits;
 }

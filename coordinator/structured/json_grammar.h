@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 namespace tandem::structured {
 
@@ -35,6 +36,15 @@ class JsonGrammar {
   bool IsComplete() const;
   // Whitespace only so far, or nothing.
   bool AtStart() const { return mode_ == Mode::kStart; }
+
+  // Two states that accept the same continuations compare equal (what a
+  // finished container was, or a closed string's kind, is forgotten), so
+  // token masks can be cached by state.
+  bool operator==(const JsonGrammar& o) const;
+  template <typename H>
+  friend H AbslHashValue(H h, const JsonGrammar& g) {
+    return H::combine(std::move(h), g.Key());
+  }
 
  private:
   enum class Mode : uint8_t {
@@ -69,6 +79,8 @@ class JsonGrammar {
   bool Push(bool object);
   bool InObject() const { return (stack_ >> (depth_ - 1)) & 1; }
   bool NumberMayEnd() const;
+  // The fields that decide what may follow, packed.
+  std::pair<uint64_t, uint64_t> Key() const;
 
   Mode mode_ = Mode::kStart;
   bool object_only_ = false;

@@ -51,6 +51,35 @@ absl::StatusOr<std::unique_ptr<TokenMasker>> TokenMasker::FromTokenizer(
 }
 
 std::string TokenMasker::AllowedMask(const JsonGrammar& state) const {
+  {
+    absl::MutexLock lock(&mu_);
+    for (Cached& c : cache_) {
+      if (c.state == state) {
+        c.used = ++tick_;
+        ++hits_;
+        return c.mask;
+      }
+    }
+  }
+  std::string mask = ComputeMask(state);
+  absl::MutexLock lock(&mu_);
+  if (static_cast<int>(cache_.size()) < kCachedMasks) {
+    cache_.push_back({state, mask, ++tick_});
+  } else {
+    auto oldest =
+        std::min_element(cache_.begin(), cache_.end(),
+                         [](const Cached& a, const Cached& b) { return a.used < b.used; });
+    *oldest = {state, mask, ++tick_};
+  }
+  return mask;
+}
+
+int64_t TokenMasker::cache_hits() const {
+  absl::MutexLock lock(&mu_);
+  return hits_;
+}
+
+std::string TokenMasker::ComputeMask(const JsonGrammar& state) const {
   std::string mask(static_cast<size_t>((vocab_size_ + 7) / 8), '\0');
   auto allow = [&](int64_t id) {
     mask[static_cast<size_t>(id / 8)] |= static_cast<char>(1 << (id % 8));

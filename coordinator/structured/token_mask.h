@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "coordinator/structured/json_grammar.h"
 
 namespace tandem {
@@ -40,15 +42,32 @@ class TokenMasker {
 
   int64_t vocab_size() const { return vocab_size_; }
   // ceil(vocab_size / 8) bytes, bit i of byte i / 8 set for an allowed token.
+  // The masks of the last kCachedMasks states asked for are kept: an
+  // answer spends most of its tokens in a few states (inside a string at
+  // some depth, between values), whose masks then cost a copy. Thread-safe.
   std::string AllowedMask(const JsonGrammar& state) const;
+  // The same, computed afresh (no cache).
+  std::string ComputeMask(const JsonGrammar& state) const;
+  static constexpr int kCachedMasks = 32;
+  int64_t cache_hits() const;
   // The bytes of a sampled token (empty for a special or unknown id).
   const std::string& Bytes(int32_t id) const;
   bool IsEnd(int32_t id) const;
 
  private:
+  struct Cached {
+    JsonGrammar state;
+    std::string mask;
+    int64_t used = 0;  // tick of its last use
+  };
+
   int64_t vocab_size_;
   std::vector<std::string> bytes_;  // empty for special tokens
   std::vector<int32_t> end_ids_;
+  mutable absl::Mutex mu_;
+  mutable std::vector<Cached> cache_ ABSL_GUARDED_BY(mu_);
+  mutable int64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tandem::structured

@@ -121,6 +121,37 @@ TEST_P(TokenMaskTest, TheBitsAreTheTokensWhoseBytesFit) {
   }
 }
 
+// The cache: masks handed out from it are the masks computed afresh, and
+// states that compare equal (what the cache keys on) have equal masks.
+TEST_P(TokenMaskTest, CachedMasksAreTheComputedOnes) {
+  const Tokenizer& t = tokenizer();
+  auto masker = TokenMasker::FromTokenizer(t, t.vocab_size());
+  ASSERT_TRUE(masker.ok()) << masker.status();
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<JsonGrammar> seen;
+  int equal_pairs = 0;
+  for (int doc = 0; doc < 3; ++doc) {
+    const std::string text = RandomObject(rng, 2).dump(1);
+    JsonGrammar g(true);
+    for (char c : text) {
+      const std::string fresh = (*masker)->ComputeMask(g);
+      ASSERT_EQ((*masker)->AllowedMask(g), fresh) << text;
+      for (const JsonGrammar& other : seen) {
+        if (other == g && rng() % 8 == 0) {
+          ++equal_pairs;
+          ASSERT_EQ((*masker)->ComputeMask(other), fresh) << text;
+        }
+      }
+      seen.push_back(g);
+      ASSERT_TRUE(g.Feed(static_cast<uint8_t>(c)));
+    }
+  }
+  EXPECT_GT((*masker)->cache_hits(), 0);
+  EXPECT_GT(equal_pairs, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabularies, TokenMaskTest, ::testing::Values("qwen3", "llama2"));
 
 }  // namespace

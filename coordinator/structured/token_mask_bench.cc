@@ -1,0 +1,63 @@
+// The cost of JSON mode's token masks: one mask per generated token, over
+// the Qwen3 (151,669 ids) and Llama-2 (32,000 ids) vocabularies, along the
+// tokens of a JSON answer; computed afresh for every token, and through
+// TokenMasker's cache of recent states as the step driver asks for them.
+//
+//   build/coordinator/structured/tandem_token_mask_bench
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "common/tokenizer/testing/test_util.h"
+#include "common/tokenizer/tokenizer.h"
+#include "coordinator/structured/token_mask.h"
+
+namespace tandem::structured {
+namespace {
+
+const char kAnswer[] =
+    "{\n  \"city\": \"Paris\",\n  \"country\": \"France\",\n  \"population\": 2102650,\n"
+    "  \"landmarks\": [\"Eiffel Tower\", \"Louvre\", \"Notre-Dame\"],\n"
+    "  \"capital\": true,\n  \"mayor\": {\"name\": \"Anne Hidalgo\", \"since\": 2014}\n}";
+
+void Run(benchmark::State& state, const Tokenizer& t, bool cached) {
+  const std::vector<int32_t> ids = t.Encode(kAnswer, /*add_bos=*/false, /*parse_special=*/false);
+  int64_t masks = 0, hits = 0;
+  for (auto _ : state) {
+    // A new masker for every answer: its cache starts empty, as for the
+    // first JSON answer a server gives.
+    state.PauseTiming();
+    auto masker = TokenMasker::FromTokenizer(t, t.vocab_size());
+    state.ResumeTiming();
+    if (!masker.ok()) {
+      state.SkipWithError(std::string(masker.status().message()).c_str());
+      return;
+    }
+    JsonGrammar g(true);
+    for (int32_t id : ids) {
+      benchmark::DoNotOptimize(cached ? (*masker)->AllowedMask(g) : (*masker)->ComputeMask(g));
+      g.Feed((*masker)->Bytes(id));
+      ++masks;
+    }
+    hits += (*masker)->cache_hits();
+  }
+  // Seconds per mask, and the share of masks the cache gave.
+  state.counters["per_mask"] = benchmark::Counter(
+      static_cast<double>(masks), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["hit_rate"] = static_cast<double>(hits) / static_cast<double>(masks);
+  state.counters["tokens"] = static_cast<double>(ids.size());
+}
+
+void BM_Qwen3Fresh(benchmark::State& s) { Run(s, tandem::testing::Qwen3(), false); }
+void BM_Qwen3Cached(benchmark::State& s) { Run(s, tandem::testing::Qwen3(), true); }
+void BM_Llama2Fresh(benchmark::State& s) { Run(s, tandem::testing::Llama2(), false); }
+void BM_Llama2Cached(benchmark::State& s) { Run(s, tandem::testing::Llama2(), true); }
+BENCHMARK(BM_Qwen3Fresh)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Qwen3Cached)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Llama2Fresh)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Llama2Cached)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace tandem::structured
+
+BENCHMARK_MAIN();
