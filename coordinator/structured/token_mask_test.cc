@@ -86,9 +86,6 @@ TEST_P(TokenMaskTest, TheBitsAreTheTokensWhoseBytesFit) {
   const Tokenizer& t = tokenizer();
   auto masker = TokenMasker::FromTokenizer(t, t.vocab_size());
   ASSERT_TRUE(masker.ok()) << masker.status();
-  const unsigned seed = std::random_device{}();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937 rng(seed);
   for (const char* prefix :
        {"", "{", "{\"na", "{\"a\": ", "{\"a\": [1, 2", "{\"a\": -0.", "{\"a\":\"\\u00"}) {
     JsonGrammar g(true);
