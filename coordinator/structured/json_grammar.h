@@ -9,7 +9,9 @@
 // without raw control characters; nesting to kMaxDepth. Numbers end at the
 // first byte that cannot continue them, so "12" is complete only once a
 // following ',' ']' '}' or whitespace arrives — or, at the top level, when
-// the text ends (IsComplete).
+// the text ends (IsComplete). A run of whitespace is at most
+// kMaxWhitespaceRun bytes: a model that would pad its answer without end
+// is made to go on with the JSON instead.
 #ifndef TANDEM_COORDINATOR_STRUCTURED_JSON_GRAMMAR_H_
 #define TANDEM_COORDINATOR_STRUCTURED_JSON_GRAMMAR_H_
 
@@ -17,11 +19,17 @@
 #include <string_view>
 #include <utility>
 
+#include "coordinator/structured/json_lex.h"
+
 namespace tandem::structured {
 
 class JsonGrammar {
  public:
   static constexpr int kMaxDepth = 64;
+  // Enough for pretty-printed JSON (a newline and the indentation of 15
+  // levels of four spaces); a runaway model meets the limit within a few
+  // tokens.
+  static constexpr int kMaxWhitespaceRun = 64;
 
   explicit JsonGrammar(bool object_only = false);
 
@@ -36,6 +44,9 @@ class JsonGrammar {
   bool IsComplete() const;
   // Whitespace only so far, or nothing.
   bool AtStart() const { return mode_ == Mode::kStart; }
+  // The top-level value has closed (a container, string or literal): no
+  // byte may follow. A number is never closed, only IsComplete.
+  bool Closed() const { return mode_ == Mode::kDone; }
 
   // Two states that accept the same continuations compare equal (what a
   // finished container was, or a closed string's kind, is forgotten), so
@@ -56,38 +67,27 @@ class JsonGrammar {
     kColon,       // after a key
     kAfterValue,  // after a value inside a container: ',' or its closer
     kDone,        // the top-level value is whole
-    kString,      // inside a string (key or value)
-    kEscape,      // after '\' in a string
-    kUnicode,     // in \uXXXX, sub_ hex digits read
-    kUtf8,        // in a multi-byte character, sub_ continuation bytes left
+    kString,      // inside a string (key or value), string_ its lexer
     kLiteral,     // in true / false / null, sub_ bytes matched
-    kNumber,      // in a number, sub_ its NumberState
-  };
-  enum NumberState : uint8_t {
-    kMinus,      // "-"
-    kZero,       // "0" or "-0": '.' 'e' or the end
-    kInt,        // digits after a non-zero first
-    kDot,        // "1."
-    kFrac,       // "1.5"
-    kExp,        // "1e"
-    kExpSign,    // "1e+"
-    kExpDigits,  // "1e5"
+    kNumber,      // in a number, number_ its lexer
   };
 
   bool StartValue(uint8_t byte);  // a value's first byte
   bool EndValue();                // a value (scalar or container) just closed
   bool Push(bool object);
   bool InObject() const { return (stack_ >> (depth_ - 1)) & 1; }
-  bool NumberMayEnd() const;
+  bool Space();  // a whitespace byte between tokens
   // The fields that decide what may follow, packed.
   std::pair<uint64_t, uint64_t> Key() const;
 
   Mode mode_ = Mode::kStart;
   bool object_only_ = false;
   bool string_is_key_ = false;
-  uint8_t sub_ = 0;                            // position within the current mode (see Mode)
-  uint8_t literal_ = 0;                        // 0 true, 1 false, 2 null
-  uint8_t utf8_min_ = 0x80, utf8_max_ = 0xBF;  // range of the next continuation byte
+  uint8_t sub_ = 0;      // kLiteral: bytes matched
+  uint8_t literal_ = 0;  // 0 true, 1 false, 2 null
+  uint8_t spaces_ = 0;   // whitespace bytes since the last token
+  StringLexer string_;
+  NumberLexer number_;
   int8_t depth_ = 0;
   uint64_t stack_ = 0;  // bit d-1: 1 when the container at depth d is an object
 };

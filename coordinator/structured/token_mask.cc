@@ -23,6 +23,21 @@ TokenMasker::TokenMasker(int64_t vocab_size, std::vector<std::string> token_byte
   end_ids_.erase(std::remove_if(end_ids_.begin(), end_ids_.end(),
                                 [&](int32_t id) { return id < 0 || id >= vocab_size_; }),
                  end_ids_.end());
+  for (size_t i = 0; i < bytes_.size(); ++i) {
+    if (!bytes_[i].empty()) order_.push_back(static_cast<int32_t>(i));
+  }
+  std::sort(order_.begin(), order_.end(),
+            [&](int32_t a, int32_t b) { return bytes_[size_t(a)] < bytes_[size_t(b)]; });
+  common_.resize(order_.size(), 0);
+  for (size_t k = 0; k < order_.size(); ++k) {
+    const std::string& t = bytes_[size_t(order_[k])];
+    longest_ = std::max(longest_, t.size());
+    if (k == 0) continue;
+    const std::string& prev = bytes_[size_t(order_[k - 1])];
+    size_t c = 0;
+    while (c < t.size() && c < prev.size() && t[c] == prev[c]) ++c;
+    common_[k] = static_cast<uint32_t>(c);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<TokenMasker>> TokenMasker::FromTokenizer(
@@ -50,7 +65,7 @@ absl::StatusOr<std::unique_ptr<TokenMasker>> TokenMasker::FromTokenizer(
                                        std::move(end_ids));
 }
 
-std::string TokenMasker::AllowedMask(const JsonGrammar& state) const {
+std::string TokenMasker::AllowedMask(const SchemaGrammar& state) const {
   {
     absl::MutexLock lock(&mu_);
     for (Cached& c : cache_) {
@@ -79,18 +94,35 @@ int64_t TokenMasker::cache_hits() const {
   return hits_;
 }
 
-std::string TokenMasker::ComputeMask(const JsonGrammar& state) const {
+std::string TokenMasker::ComputeMask(const SchemaGrammar& state) const {
   std::string mask(static_cast<size_t>((vocab_size_ + 7) / 8), '\0');
   auto allow = [&](int64_t id) {
     mask[static_cast<size_t>(id / 8)] |= static_cast<char>(1 << (id % 8));
   };
   bool any = false;
-  for (size_t i = 0; i < bytes_.size(); ++i) {
-    if (bytes_[i].empty()) continue;
-    JsonGrammar g = state;
-    if (!g.Feed(bytes_[i])) continue;
-    allow(static_cast<int64_t>(i));
-    any = true;
+  // after[d]: the state after the first d bytes of the token at hand, for
+  // d <= valid. dead: the byte of the last token that failed (npos: none).
+  constexpr size_t npos = ~size_t{0};
+  std::vector<SchemaGrammar> after(longest_ + 1, state);
+  size_t valid = 0, dead = npos;
+  for (size_t k = 0; k < order_.size(); ++k) {
+    const std::string& t = bytes_[static_cast<size_t>(order_[k])];
+    const size_t common = common_[k];
+    if (dead != npos && common > dead) continue;  // it starts with the prefix that failed
+    dead = npos;
+    size_t d = std::min(valid, common);
+    for (; d < t.size(); ++d) {
+      after[d + 1] = after[d];
+      if (!after[d + 1].Feed(static_cast<uint8_t>(t[d]))) {
+        dead = d;
+        break;
+      }
+    }
+    valid = d;
+    if (dead == npos) {
+      allow(order_[k]);
+      any = true;
+    }
   }
   if (state.IsComplete() || !any) {
     for (int32_t id : end_ids_) allow(id);

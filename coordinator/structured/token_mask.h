@@ -2,7 +2,8 @@
 // vocabulary's bytes held once, and for a grammar state the bitmask that
 // the gpu_worker's sampler takes (StepSequence.sampling.allowed_tokens).
 //
-// A token is allowed when all its bytes continue the JSON text; special
+// A token is allowed when all its bytes continue the JSON text (one a
+// SchemaGrammar allows: any object for json_object, or a JSON Schema's); special
 // tokens (chat markers and the like) and tokens of no bytes never are, and
 // the end-of-generation ids are exactly when the text is complete. A state
 // that nothing could follow still allows the end ids, so the request ends
@@ -18,7 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/structured/json_grammar.h"
+#include "coordinator/structured/schema_grammar.h"
 
 namespace tandem {
 class Tokenizer;
@@ -45,9 +46,11 @@ class TokenMasker {
   // The masks of the last kCachedMasks states asked for are kept: an
   // answer spends most of its tokens in a few states (inside a string at
   // some depth, between values), whose masks then cost a copy. Thread-safe.
-  std::string AllowedMask(const JsonGrammar& state) const;
-  // The same, computed afresh (no cache).
-  std::string ComputeMask(const JsonGrammar& state) const;
+  std::string AllowedMask(const SchemaGrammar& state) const;
+  // The same, computed afresh (no cache): the vocabulary is walked in
+  // byte order, so a prefix shared by many tokens is fed once, and the
+  // tokens under a prefix that fails are skipped together.
+  std::string ComputeMask(const SchemaGrammar& state) const;
   static constexpr int kCachedMasks = 32;
   int64_t cache_hits() const;
   // The bytes of a sampled token (empty for a special or unknown id).
@@ -56,7 +59,7 @@ class TokenMasker {
 
  private:
   struct Cached {
-    JsonGrammar state;
+    SchemaGrammar state;
     std::string mask;
     int64_t used = 0;  // tick of its last use
   };
@@ -64,6 +67,11 @@ class TokenMasker {
   int64_t vocab_size_;
   std::vector<std::string> bytes_;  // empty for special tokens
   std::vector<int32_t> end_ids_;
+  // The ids of tokens with bytes, in byte order; common_[k]: how many
+  // leading bytes order_[k] shares with order_[k - 1].
+  std::vector<int32_t> order_;
+  std::vector<uint32_t> common_;
+  size_t longest_ = 0;  // bytes of the longest token
   mutable absl::Mutex mu_;
   mutable std::vector<Cached> cache_ ABSL_GUARDED_BY(mu_);
   mutable int64_t tick_ ABSL_GUARDED_BY(mu_) = 0;

@@ -33,7 +33,7 @@ void Run(benchmark::State& state, const Tokenizer& t, bool cached) {
       state.SkipWithError(std::string(masker.status().message()).c_str());
       return;
     }
-    JsonGrammar g(true);
+    SchemaGrammar g(CompiledSchema::AnyObject().get());
     for (int32_t id : ids) {
       benchmark::DoNotOptimize(cached ? (*masker)->AllowedMask(g) : (*masker)->ComputeMask(g));
       g.Feed((*masker)->Bytes(id));

@@ -16,6 +16,9 @@
 namespace tandem::structured {
 namespace {
 
+// response_format json_object.
+SchemaGrammar ObjectGrammar() { return SchemaGrammar(CompiledSchema::AnyObject().get()); }
+
 bool Allowed(const std::string& mask, int32_t id) {
   return (static_cast<uint8_t>(mask[static_cast<size_t>(id / 8)]) >> (id % 8)) & 1;
 }
@@ -64,7 +67,7 @@ TEST_P(TokenMaskTest, EveryTokenOfAValidObjectIsAllowedAndTheEndOnlyAtItsEnd) {
   for (int doc = 0; doc < 12; ++doc) {
     const std::string text = RandomObject(rng, 2).dump(rng() % 2 ? -1 : 1);
     const std::vector<int32_t> ids = t.Encode(text, /*add_bos=*/false, /*parse_special=*/false);
-    JsonGrammar g(/*object_only=*/true);
+    SchemaGrammar g = ObjectGrammar();
     for (size_t i = 0; i < ids.size(); ++i) {
       const std::string mask = (*masker)->AllowedMask(g);
       ASSERT_EQ(mask.size(), static_cast<size_t>((t.vocab_size() + 5 + 7) / 8));
@@ -88,12 +91,12 @@ TEST_P(TokenMaskTest, TheBitsAreTheTokensWhoseBytesFit) {
   ASSERT_TRUE(masker.ok()) << masker.status();
   for (const char* prefix :
        {"", "{", "{\"na", "{\"a\": ", "{\"a\": [1, 2", "{\"a\": -0.", "{\"a\":\"\\u00"}) {
-    JsonGrammar g(true);
+    SchemaGrammar g = ObjectGrammar();
     ASSERT_TRUE(g.Feed(prefix)) << prefix;
     const std::string mask = (*masker)->AllowedMask(g);
     int64_t allowed = 0;
     for (int32_t id = 0; id < t.vocab_size(); ++id) {
-      JsonGrammar copy = g;
+      SchemaGrammar copy = g;
       const std::string& bytes = (*masker)->Bytes(id);
       const bool fits = !t.IsSpecial(id) && !bytes.empty() && copy.Feed(bytes);
       ASSERT_EQ(Allowed(mask, id), fits) << prefix << " + '" << t.TokenPiece(id) << "'";
@@ -105,7 +108,7 @@ TEST_P(TokenMaskTest, TheBitsAreTheTokensWhoseBytesFit) {
     if (!in_string) EXPECT_LT(allowed, t.vocab_size() / 20) << prefix;  // a constraint
   }
   // At the start of an object-only answer: '{' yes, '[' no; no special token.
-  JsonGrammar start(true);
+  SchemaGrammar start = ObjectGrammar();
   const std::string mask = (*masker)->AllowedMask(start);
   const std::vector<int32_t> brace = t.Encode("{", false, false);
   const std::vector<int32_t> bracket = t.Encode("[", false, false);
@@ -118,6 +121,49 @@ TEST_P(TokenMaskTest, TheBitsAreTheTokensWhoseBytesFit) {
   }
 }
 
+// The same under a JSON Schema (the walk over the vocabulary in byte order
+// against each token fed alone), and a valid answer's tokens are allowed
+// one after another, the end only after the last.
+TEST_P(TokenMaskTest, SchemaMasksAreTheTokensWhoseBytesFit) {
+  const Tokenizer& t = tokenizer();
+  auto masker = TokenMasker::FromTokenizer(t, t.vocab_size());
+  ASSERT_TRUE(masker.ok()) << masker.status();
+  auto schema = CompiledSchema::Parse(R"({"type": "object", "properties": {
+      "city": {"type": "string", "maxLength": 12}, "rank": {"type": "integer"},
+      "kind": {"enum": ["capital", "town", 3]},
+      "tags": {"type": "array", "items": {"type": ["string", "null"]}, "maxItems": 2}},
+      "required": ["city", "kind"]})");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  for (const char* prefix :
+       {"", "{", "{\"c", "{\"city\": \"Par", "{\"city\": \"123456789012", "{\"kind\": \"ca",
+        "{\"kind\": 3", "{\"rank\": -1", "{\"tags\": [null, ", "{\"city\": \"x\", \"kind\": 3"}) {
+    SchemaGrammar g(schema->get());
+    ASSERT_TRUE(g.Feed(prefix)) << prefix;
+    const std::string mask = (*masker)->ComputeMask(g);
+    int64_t allowed = 0;
+    for (int32_t id = 0; id < t.vocab_size(); ++id) {
+      SchemaGrammar copy = g;
+      const std::string& bytes = (*masker)->Bytes(id);
+      const bool fits = !t.IsSpecial(id) && !bytes.empty() && copy.Feed(bytes);
+      ASSERT_EQ(Allowed(mask, id), fits) << prefix << " + '" << t.TokenPiece(id) << "'";
+      allowed += fits ? 1 : 0;
+    }
+    EXPECT_GT(allowed, 0) << prefix;
+  }
+  const std::string answer =
+      "{\"city\": \"Paris\", \"tags\": [\"old\", null], \"kind\": \"capital\"}";
+  const std::vector<int32_t> ids = t.Encode(answer, /*add_bos=*/false, /*parse_special=*/false);
+  const int32_t eos = t.eos_ids().front();
+  SchemaGrammar g(schema->get());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string mask = (*masker)->AllowedMask(g);
+    ASSERT_TRUE(Allowed(mask, ids[i])) << "token " << i << " '" << t.TokenPiece(ids[i]) << "'";
+    EXPECT_FALSE(Allowed(mask, eos)) << "before token " << i;
+    ASSERT_TRUE(g.Feed((*masker)->Bytes(ids[i])));
+  }
+  EXPECT_TRUE(Allowed((*masker)->AllowedMask(g), eos));
+}
+
 // The cache: masks handed out from it are the masks computed afresh, and
 // states that compare equal (what the cache keys on) have equal masks.
 TEST_P(TokenMaskTest, CachedMasksAreTheComputedOnes) {
@@ -127,15 +173,15 @@ TEST_P(TokenMaskTest, CachedMasksAreTheComputedOnes) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  std::vector<JsonGrammar> seen;
+  std::vector<SchemaGrammar> seen;
   int equal_pairs = 0;
   for (int doc = 0; doc < 3; ++doc) {
     const std::string text = RandomObject(rng, 2).dump(1);
-    JsonGrammar g(true);
+    SchemaGrammar g = ObjectGrammar();
     for (char c : text) {
       const std::string fresh = (*masker)->ComputeMask(g);
       ASSERT_EQ((*masker)->AllowedMask(g), fresh) << text;
-      for (const JsonGrammar& other : seen) {
+      for (const SchemaGrammar& other : seen) {
         if (other == g && rng() % 8 == 0) {
           ++equal_pairs;
           ASSERT_EQ((*masker)->ComputeMask(other), fresh) << text;

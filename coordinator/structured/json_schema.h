@@ -1,0 +1,94 @@
+// JSON Schema, compiled for constrained decoding (response_format
+// json_schema): the schema's nodes flattened into a table that
+// SchemaGrammar (schema_grammar.h) walks byte by byte.
+//
+// What is enforced: type (one or a list), enum, const, properties,
+// required, additionalProperties (a schema, true, or false — and false when
+// absent beside 'properties', as OpenAI's strict mode and vLLM's default
+// backend take it, so the model writes the properties it was given), items, prefixItems,
+// minItems, maxItems, minLength, maxLength, anyOf, oneOf (as anyOf: that
+// exactly one alternative matches is not checked), allOf of one schema, and
+// $ref to "#", "#/$defs/…" or "#/definitions/…" (recursion included).
+// Properties come in any order, each at most once. Keywords that only
+// annotate (title, description, default, examples, …) are ignored. A
+// keyword that would constrain the value in a way not enforced here
+// (pattern, format, minimum, …) is an InvalidArgument naming it, so no
+// answer claims a constraint it was not held to.
+#ifndef TANDEM_COORDINATOR_STRUCTURED_JSON_SCHEMA_H_
+#define TANDEM_COORDINATOR_STRUCTURED_JSON_SCHEMA_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json_fwd.hpp"
+
+namespace tandem::structured {
+
+struct SchemaNode {
+  enum class Kind : uint8_t {
+    kAny,        // any JSON value
+    kAnyObject,  // any JSON object (response_format json_object)
+    kNever,      // no value (the schema false)
+    kObject,
+    kArray,
+    kString,
+    kNumber,
+    kInteger,
+    kEnum,   // one of `values`, written exactly as serialized there
+    kUnion,  // one of `alternatives`
+  };
+  struct Property {
+    std::string name;  // as written in JSON, without the quotes (escapes included)
+    int32_t node = 0;
+    bool required = false;
+  };
+  Kind kind = Kind::kAny;
+  // kObject: sorted by name, at most kMaxProperties.
+  std::vector<Property> properties;
+  int32_t additional = -1;  // the node of other properties; -1: none allowed
+  // kArray: the node of item i is prefix_items[i], then items (-1: no more).
+  std::vector<int32_t> prefix_items;
+  int32_t items = -1;
+  // kArray: item counts; kString: character counts. max -1: no bound.
+  int64_t min = 0, max = -1;
+  // kEnum: compact serializations, sorted.
+  std::vector<std::string> values;
+  // kUnion: node ids (unions and all).
+  std::vector<int32_t> alternatives;
+};
+
+class CompiledSchema {
+ public:
+  static constexpr int kMaxProperties = 64;
+  static constexpr int kMaxNodes = 10000;
+
+  // Fails with InvalidArgument, naming the keyword and where it is
+  // ("$.properties.age: 'minimum' is not supported").
+  static absl::StatusOr<std::shared_ptr<const CompiledSchema>> Compile(
+      const nlohmann::json& schema);
+  // The same from text.
+  static absl::StatusOr<std::shared_ptr<const CompiledSchema>> Parse(std::string_view text);
+  // Any JSON object: response_format json_object.
+  static std::shared_ptr<const CompiledSchema> AnyObject();
+
+  const SchemaNode& node(int32_t id) const { return nodes_[static_cast<size_t>(id)]; }
+  int32_t root() const { return 0; }
+  // Unique among the schemas of a process (never reused), so token masks
+  // cached by state can name their schema.
+  uint64_t id() const { return id_; }
+
+ private:
+  friend class SchemaCompiler;
+  CompiledSchema();
+
+  std::vector<SchemaNode> nodes_;
+  uint64_t id_;
+};
+
+}  // namespace tandem::structured
+
+#endif  // TANDEM_COORDINATOR_STRUCTURED_JSON_SCHEMA_H_

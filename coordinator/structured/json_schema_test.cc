@@ -1,0 +1,92 @@
+// Compiling JSON Schema: what is enforced compiles, what is not is an
+// InvalidArgument that names the keyword and where it stands.
+#include "coordinator/structured/json_schema.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::structured {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Status CompileError(const std::string& schema) {
+  auto s = CompiledSchema::Parse(schema);
+  return s.ok() ? absl::OkStatus() : s.status();
+}
+
+TEST(JsonSchemaTest, CompilesWhatIsEnforced) {
+  for (const char* ok : {
+           R"({})",
+           R"(true)",
+           R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 5},
+               "age": {"type": "integer"}}, "required": ["name"], "title": "Person"})",
+           R"({"type": ["string", "null"], "description": "maybe"})",
+           R"({"enum": ["a", 1, null, [1, 2], {"k": true}]})",
+           R"({"const": "fixed"})",
+           R"({"type": "array", "items": {"$ref": "#/$defs/node"}, "minItems": 1, "maxItems": 3,
+               "$defs": {"node": {"anyOf": [{"type": "number"}, {"$ref": "#"}]}}})",
+           R"({"prefixItems": [{"type": "boolean"}], "items": false})",
+           R"({"type": "object", "additionalProperties": {"type": "integer"}})",
+           R"({"allOf": [{"$ref": "#/definitions/x"}], "definitions": {"x": {"type": "null"}}})",
+       }) {
+    EXPECT_TRUE(CompiledSchema::Parse(ok).ok()) << ok << ": " << CompileError(ok);
+  }
+}
+
+TEST(JsonSchemaTest, RefusesWhatIsNotEnforcedAndSaysWhere) {
+  struct Case {
+    const char* schema;
+    const char* message;
+  };
+  for (const Case& c : {
+           Case{R"({"type": "string", "pattern": "^a"})", "$: 'pattern' is not supported"},
+           Case{R"({"properties": {"when": {"type": "string", "format": "date-time"}}})",
+                "$.properties.when: 'format' is not supported"},
+           Case{R"({"type": "array", "items": {"type": "integer", "minimum": 0}})",
+                "$.items: 'minimum' is not supported"},
+           Case{R"({"anyOf": [{"type": "string"}, {"not": {}}]})",
+                "$.anyOf[1]: 'not' is not supported"},
+           Case{R"({"$ref": "https://example.com/s.json"})", "only local '$ref's"},
+           Case{R"({"$ref": "#/$defs/missing"})", "names nothing"},
+           Case{R"({"type": "object", "required": ["x"]})",
+                "required property 'x' is not among 'properties'"},
+           Case{R"({"type": "strin"})", "unknown type 'strin'"},
+           Case{R"({"type": "string", "enum": [1, 2]})", "no value of 'enum'"},
+           Case{R"({"type": "string", "minLength": 3, "maxLength": 2})", "minimum count"},
+           Case{R"({"prefixItems": [{}], "items": false, "minItems": 2})", "'minItems' is more"},
+           Case{R"({"anyOf": [{"type": "string"}], "type": "string"})", "'anyOf' beside 'type'"},
+           Case{R"({"allOf": [{"type": "string"}, {"maxLength": 2}]})", "'allOf' of more"},
+           Case{R"({"maxItems": -1})", "'maxItems' must be a non-negative integer"},
+           Case{R"(3)", "a schema must be an object or a boolean"},
+           Case{R"({"type": "object", )", "not valid JSON"},
+       }) {
+    const absl::Status s = CompileError(c.schema);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.schema;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.schema;
+  }
+  // Deep nesting is refused, not followed until the stack runs out.
+  std::string deep = "{}";
+  for (int i = 0; i < 200; ++i) deep = R"({"type": "array", "items": )" + deep + "}";
+  EXPECT_THAT(std::string(CompileError(deep).message()), HasSubstr("nest deeper"));
+  nlohmann::json many = {{"type", "object"}, {"properties", nlohmann::json::object()}};
+  for (int i = 0; i <= CompiledSchema::kMaxProperties; ++i) {
+    many["properties"]["p" + std::to_string(i)] = nlohmann::json::object();
+  }
+  EXPECT_THAT(std::string(CompileError(many.dump()).message()), HasSubstr("more than 64"));
+}
+
+TEST(JsonSchemaTest, EveryCompiledSchemaHasItsOwnId) {
+  auto a = CompiledSchema::Parse("{}");
+  auto b = CompiledSchema::Parse("{}");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE((*a)->id(), (*b)->id());
+  EXPECT_NE((*a)->id(), CompiledSchema::AnyObject()->id());
+  EXPECT_EQ(CompiledSchema::AnyObject()->id(), CompiledSchema::AnyObject()->id());
+}
+
+}  // namespace
+}  // namespace tandem::structured
