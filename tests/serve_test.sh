@@ -54,9 +54,43 @@ import sys,json
 c=json.loads(sys.argv[1])['choices'][0]
 print(c['finish_reason']=='stop' and isinstance(json.loads(c['message']['content']),dict))" "$JSON_ANSWER" 2>/dev/null)
 check "response_format json_object gives a JSON object" test "$JSON_OK" = True
-code=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
-  -d '{"model":"smollm2","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{}}}}')
-check "response_format json_schema is 400 ($code)" test "$code" = 400
+# A JSON Schema: the answer is an object with exactly the schema's keys.
+SCHEMA_ANSWER=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"smollm2","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":120,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"answer","strict":true,"schema":{"type":"object","properties":{"city":{"type":"string","maxLength":30},"population_millions":{"type":"number"},"is_capital":{"type":"boolean"}},"required":["city","is_capital"]}}}}')
+echo "json schema: $SCHEMA_ANSWER"
+SCHEMA_OK=$(python3 -c "
+import sys,json
+c=json.loads(sys.argv[1])['choices'][0]
+o=json.loads(c['message']['content'])
+print(c['finish_reason']=='stop' and isinstance(o['city'],str) and len(o['city'])<=30 and isinstance(o['is_capital'],bool) and set(o)<={'city','population_millions','is_capital'})" "$SCHEMA_ANSWER" 2>/dev/null)
+check "response_format json_schema gives an object of the schema" test "$SCHEMA_OK" = True
+COMPLETION_JSON=$(curl -s "$URL/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"smollm2","prompt":"The list of the three primary colors as JSON:","max_tokens":60,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"colors","schema":{"type":"array","items":{"enum":["red","green","blue","yellow"]},"minItems":3,"maxItems":3}}}}')
+COMPLETION_OK=$(python3 -c "
+import sys,json
+c=json.loads(sys.argv[1])['choices'][0]
+a=json.loads(c['text'])
+print(c['finish_reason']=='stop' and len(a)==3 and set(a)<={'red','green','blue','yellow'})" "$COMPLETION_JSON" 2>/dev/null)
+check "and on /v1/completions ($COMPLETION_JSON)" test "$COMPLETION_OK" = True
+# tool_choice "required": the answer is calls of the tools offered.
+TOOL_ANSWER=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"smollm2","messages":[{"role":"user","content":"What is the weather in Paris?"}],"max_tokens":80,"temperature":0,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":30}},"required":["city"]}}}],"tool_choice":"required"}')
+echo "tool_choice required: $TOOL_ANSWER"
+TOOL_OK=$(python3 -c "
+import sys,json
+c=json.loads(sys.argv[1])['choices'][0]
+t=c['message']['tool_calls']
+print(c['finish_reason']=='tool_calls' and c['message']['content'] is None and len(t)>=1 and t[0]['function']['name']=='get_weather' and isinstance(json.loads(t[0]['function']['arguments'])['city'],str))" "$TOOL_ANSWER" 2>/dev/null)
+check "tool_choice required answers with calls of the tools" test "$TOOL_OK" = True
+BAD_SCHEMA=$(curl -s -w '\n%{http_code}' "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"smollm2","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"string","pattern":"^a"}}}}')
+echo "bad schema: $BAD_SCHEMA"
+BAD_OK=$(python3 -c "
+import sys,json
+body,code=sys.argv[1].rsplit(chr(10),1)
+e=json.loads(body)['error']
+print(code=='400' and e['param']=='response_format.json_schema.schema' and \"'pattern' is not supported\" in e['message'])" "$BAD_SCHEMA" 2>/dev/null)
+check "a schema keyword that is not enforced is 400 and named" test "$BAD_OK" = True
 check "metrics count prefix cache hits" sh -c "curl -s '$URL/metrics' | grep -q '^vllm:prefix_cache_hits_total{.*} [1-9]'"
 
 # /tokenize counts what the chat endpoint sends the model; /detokenize inverts it.

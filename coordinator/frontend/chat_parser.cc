@@ -2,12 +2,15 @@
 // options, tools (passed to the template), boolean logprobs + top_logprobs,
 // max_completion_tokens.
 #include <limits>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/frontend/api_error.h"
 #include "coordinator/frontend/request_parser.h"
+#include "coordinator/structured/json_schema.h"
 
 namespace tandem::frontend {
 namespace {
@@ -134,13 +137,25 @@ absl::StatusOr<ChatTemplateOptions> ParseTemplateOptions(const FieldReader& r,
   bool tools_off = false;
   if (const json* choice = r.Find("tool_choice")) {
     if (!choice->is_string() && !choice->is_object()) {
-      return WrongType("tool_choice", "a string or an object",
-                       JsonTypeName(*choice));
+      return WrongType("tool_choice", "a string or an object", JsonTypeName(*choice));
     }
-    if (choice->is_object() || (*choice != "none" && *choice != "auto")) {
-      return InvalidParam(
-          "tool_choice",
-          "Only tool_choice \"auto\" and \"none\" are supported");
+    if (choice->is_string() && *choice != "none" && *choice != "auto" && *choice != "required") {
+      return InvalidParam("tool_choice",
+                          "tool_choice must be \"none\", \"auto\", \"required\" or "
+                          "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if (choice->is_object()) {
+      const json* fn = choice->contains("function") ? &(*choice)["function"] : nullptr;
+      if (choice->value("type", json()) != "function" || fn == nullptr || !fn->is_object() ||
+          !fn->contains("name") || !(*fn)["name"].is_string()) {
+        return InvalidParam("tool_choice",
+                            "a named tool_choice is {\"type\": \"function\", \"function\": "
+                            "{\"name\": \"...\"}}");
+      }
+    }
+    if (*choice != "none" && *choice != "auto" && (tools == nullptr || tools->empty())) {
+      return InvalidParam("tool_choice",
+                          "tool_choice 'required' or a named function needs 'tools'");
     }
     tools_off = *choice == "none";
   }
@@ -148,18 +163,73 @@ absl::StatusOr<ChatTemplateOptions> ParseTemplateOptions(const FieldReader& r,
   (void)parallel;
   if (tools != nullptr && !tools->empty() && !tools_off) t.tools = *tools;
 
-  TANDEM_ASSIGN_OR_RETURN(const json* format, r.Object("response_format"));
-  if (format != nullptr) {
-    FieldReader fr(*format, "response_format.");
-    TANDEM_ASSIGN_OR_RETURN(auto type, fr.String("type"));
-    if (!type.has_value()) return MissingParam("response_format.type");
-    if (*type != "text" && *type != "json_object") {
-      return InvalidParam("response_format.type",
-                          absl::StrCat("response_format type '", *type,
-                                       "' is not supported (\"text\" or \"json_object\")"));
-    }
-  }
   return t;
+}
+
+// A tool's "$ref"s ("#/$defs/x") re-pointed at where its parameters sit in
+// the schema of the calls ("#/$tools/<i>/$defs/x").
+void RebaseRefs(json* j, const std::string& base) {
+  if (j->is_object()) {
+    for (auto& [k, v] : j->items()) {
+      if (k == "$ref" && v.is_string() && !v.get<std::string>().empty() &&
+          v.get<std::string>()[0] == '#') {
+        v = base + v.get<std::string>().substr(1);
+      } else {
+        RebaseRefs(&v, base);
+      }
+    }
+  } else if (j->is_array()) {
+    for (json& v : *j) RebaseRefs(&v, base);
+  }
+}
+
+// tool_choice "required" or a named function: the JSON Schema the answer is
+// held to, a list of calls [{"name", "parameters"}] of the tools allowed
+// (one call for a named function or parallel_tool_calls false). nullopt for
+// "auto", "none" or no tool_choice. A tool whose parameters use a keyword
+// the recognizer does not enforce is a 400 naming the tool.
+absl::StatusOr<std::optional<json>> ForcedToolSchema(const FieldReader& r) {
+  const json* choice = r.Find("tool_choice");
+  if (choice == nullptr || *choice == "auto" || *choice == "none") return std::nullopt;
+  const json& tools = *r.Find("tools");  // checked by ParseTemplateOptions
+  const std::string named =
+      choice->is_object() ? (*choice)["function"]["name"].get<std::string>() : "";
+  json alternatives = json::array();
+  json bodies = json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string param = absl::StrCat("tools[", i, "]");
+    const json& tool = tools[i];
+    const json* fn = tool.is_object() && tool.contains("function") ? &tool["function"] : nullptr;
+    if (fn == nullptr || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+      return InvalidParam(param,
+                          "a tool is {\"type\": \"function\", \"function\": "
+                          "{\"name\", \"parameters\"}}");
+    }
+    const std::string name = (*fn)["name"];
+    if (!named.empty() && name != named) continue;
+    json parameters = fn->value("parameters", json({{"type", "object"}}));
+    if (parameters.is_null()) parameters = json({{"type", "object"}});
+    if (auto s = structured::CompiledSchema::Compile(parameters); !s.ok()) {
+      return InvalidParam(param + ".function.parameters",
+                          absl::StrCat("The parameters of tool '", name,
+                                       "' cannot be enforced: ", s.status().message()));
+    }
+    const std::string at = absl::StrCat("#/$tools/", bodies.size());
+    RebaseRefs(&parameters, at);
+    bodies.push_back(std::move(parameters));
+    alternatives.push_back(
+        {{"type", "object"},
+         {"properties", {{"name", {{"const", name}}}, {"parameters", {{"$ref", at}}}}},
+         {"required", {"name", "parameters"}}});
+  }
+  if (alternatives.empty()) {
+    return InvalidParam("tool_choice", absl::StrCat("no tool named '", named, "' is in 'tools'"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(auto parallel, r.Bool("parallel_tool_calls"));
+  json schema = {
+      {"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", alternatives}}}, {"$tools", bodies}};
+  if (!named.empty() || !parallel.value_or(true)) schema["maxItems"] = 1;
+  return schema;
 }
 
 }  // namespace
@@ -227,11 +297,20 @@ absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body,
       max_completion ? "max_completion_tokens" : "max_tokens";
 
   TANDEM_ASSIGN_OR_RETURN(RenderedChat rendered, RenderChatPrompt(body, text));
-  // JSON mode (checked by RenderChatPrompt): the answer is one JSON object.
-  if (const json* format = r.Find("response_format")) {
-    out.sampling.json_object = format->value("type", "") == "json_object";
-  }
-  if (rendered.tools_offered) {
+  // tool_choice "required" or a named function: the answer is the calls,
+  // whatever --tool-call-parser says.
+  TANDEM_ASSIGN_OR_RETURN(std::optional<json> forced, ForcedToolSchema(r));
+  if (forced.has_value()) {
+    if (out.sampling.json_object || out.sampling.json_schema != nullptr) {
+      return InvalidParam("response_format",
+                          "response_format cannot be combined with tool_choice \"required\" "
+                          "or a named function");
+    }
+    auto schema = structured::CompiledSchema::Compile(*forced);
+    if (!schema.ok()) return InvalidParam("tools", std::string(schema.status().message()));
+    out.sampling.json_schema = *std::move(schema);
+    out.tool_call_parser = ToolCallParser::kForced;
+  } else if (rendered.tools_offered) {
     out.tool_call_parser = options.tool_call_parser;
     // Mistral calls start with the special token [TOOL_CALLS]: the answer is
     // decoded with special tokens, whatever skip_special_tokens says (as in

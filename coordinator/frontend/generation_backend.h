@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,6 +42,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+
+namespace tandem::structured {
+class CompiledSchema;
+}
 
 namespace tandem::frontend {
 
@@ -73,6 +78,9 @@ struct SamplingOptions {
   // response_format {"type": "json_object"}: sampling is confined to tokens
   // that keep the answer a valid JSON object, and ends when it is whole.
   bool json_object = false;
+  // response_format {"type": "json_schema"}: the same for the JSON texts the
+  // schema allows (json_object is then false).
+  std::shared_ptr<const structured::CompiledSchema> json_schema;
 };
 
 struct GenerationRequest {

@@ -12,6 +12,7 @@
 #include "coordinator/frontend/api_error.h"
 #include "coordinator/frontend/json_fields.h"
 #include "coordinator/frontend/testing/fake_text_processor.h"
+#include "coordinator/structured/schema_grammar.h"
 
 namespace tandem::frontend {
 namespace {
@@ -180,7 +181,15 @@ std::vector<ErrorCase> ErrorCases() {
       {H, h(R"("tool_choice":5)"), 400, "tool_choice"},
       {H, h(R"("response_format":"json")"), 400, "response_format"},
       {H, h(R"("response_format":{"type":"json_schema","json_schema":{}})"), 400,
-       "response_format.type"},
+       "response_format.json_schema.name"},
+      {H, h(R"("response_format":{"type":"json_schema"})"), 400, "response_format.json_schema"},
+      {H, h(R"("response_format":{"type":"json_schema","json_schema":{"name":"a"}})"), 400,
+       "response_format.json_schema.schema"},
+      {H,
+       h(R"("response_format":{"type":"json_schema","json_schema":{"name":"a","schema":)"
+         R"({"type":"string","pattern":"a+"}}})"),
+       400, "response_format.json_schema.schema"},
+      {H, h(R"("response_format":{"type":"xml"})"), 400, "response_format.type"},
       {H, h(R"("response_format":{})"), 400, "response_format.type"},
       {H, h(R"("chat_template_kwargs":{"fail":true})"), 400, "messages"},
       {H, h(R"("chat_template_kwargs":[])"), 400, "chat_template_kwargs"},
@@ -370,6 +379,72 @@ TEST(FrontendParserTest, ChatJsonObjectResponseFormatTurnsJsonModeOn) {
   r = Parse(Endpoint::kChat, "{" + Msgs() + "}");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->sampling.json_object);
+}
+
+// json_schema: the schema is compiled as the request is read, on both
+// endpoints; json_object and json_schema are exclusive by construction.
+TEST(FrontendParserTest, JsonSchemaResponseFormatCompilesTheSchema) {
+  const std::string format =
+      R"("response_format":{"type":"json_schema","json_schema":{"name":"city","strict":true,)"
+      R"("schema":{"type":"object","properties":{"name":{"type":"string"}}}}})";
+  auto r = Parse(Endpoint::kChat, "{" + Msgs() + "," + format + "}");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_NE(r->sampling.json_schema, nullptr);
+  EXPECT_FALSE(r->sampling.json_object);
+  EXPECT_EQ(r->sampling.json_schema->node(r->sampling.json_schema->root()).kind,
+            structured::SchemaNode::Kind::kObject);
+  r = Parse(Endpoint::kCompletions, R"({"prompt":"a",)" + format + "}");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->sampling.json_schema, nullptr);
+  r = Parse(Endpoint::kCompletions, R"({"prompt":"a","response_format":{"type":"json_object"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->sampling.json_object);
+  EXPECT_EQ(r->sampling.json_schema, nullptr);
+}
+
+// tool_choice "required" or a named function: the answer is held to a list
+// of calls of the tools offered (one call when named), whatever
+// --tool-call-parser says, and parsed as the calls.
+TEST(FrontendParserTest, ForcedToolChoiceHoldsTheAnswerToCalls) {
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":)"
+      R"({"type":"object","properties":{"city":{"$ref":"#/$defs/city"}},"required":["city"],)"
+      R"("$defs":{"city":{"type":"string"}}}}},)"
+      R"({"type":"function","function":{"name":"now"}}])";
+  auto Calls = [&](const std::string& choice, const std::string& text) {
+    auto r =
+        Parse(Endpoint::kChat, "{" + Msgs() + "," + tools + ",\"tool_choice\":" + choice + "}");
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return false;
+    EXPECT_EQ(r->tool_call_parser, ToolCallParser::kForced);
+    structured::SchemaGrammar g(r->sampling.json_schema.get());
+    return g.Feed(text) && g.IsComplete();
+  };
+  const std::string weather = R"({"name":"get_weather","parameters":{"city":"Paris"}})";
+  const std::string now = R"({"parameters":{},"name":"now"})";
+  EXPECT_TRUE(Calls(R"("required")", "[" + weather + "]"));
+  EXPECT_TRUE(Calls(R"("required")", "[" + weather + "," + now + "]"));
+  EXPECT_FALSE(Calls(R"("required")", "[]"));
+  EXPECT_FALSE(Calls(R"("required")", R"([{"name":"get_weather","parameters":{"city":1}}])"));
+  EXPECT_FALSE(Calls(R"("required")", R"([{"name":"other","parameters":{}}])"));
+  const std::string named = R"({"type":"function","function":{"name":"get_weather"}})";
+  EXPECT_TRUE(Calls(named, "[" + weather + "]"));
+  EXPECT_FALSE(Calls(named, "[" + now + "]"));
+  EXPECT_FALSE(Calls(named, "[" + weather + "," + weather + "]"));
+
+  auto Error = [&](const std::string& fields) {
+    auto r = Parse(Endpoint::kChat, "{" + Msgs() + "," + fields + "}");
+    return r.ok() ? std::string("ok") : std::string(ParamOf(r.status()).value_or(""));
+  };
+  EXPECT_EQ(Error(tools + R"(,"tool_choice":{"type":"function","function":{"name":"x"}})"),
+            "tool_choice");
+  EXPECT_EQ(Error(R"("tools":[{"type":"function","function":{"name":"f","parameters":)"
+                  R"({"type":"string","format":"email"}}}],"tool_choice":"required")"),
+            "tools[0].function.parameters");
+  EXPECT_EQ(Error(tools + R"(,"tool_choice":"required","response_format":{"type":"json_object"})"),
+            "response_format");
+  EXPECT_EQ(Error(R"("tool_choice":"required")"), "tool_choice");
+  EXPECT_EQ(Error(tools + R"(,"tool_choice":"auto")"), "ok");
 }
 
 TEST(FrontendParserTest, ChatDefaultMaxTokensIsRestOfContext) {

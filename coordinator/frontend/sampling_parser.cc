@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "coordinator/frontend/api_error.h"
 #include "coordinator/frontend/request_parser.h"
+#include "coordinator/structured/json_schema.h"
 
 namespace tandem::frontend {
 namespace {
@@ -71,6 +72,49 @@ absl::Status ParseLogitBias(const FieldReader& r, const ParseOptions& options,
         JsonToNumber(it.value(), name, -kMaxLogitBias, kMaxLogitBias));
     s->logit_bias[static_cast<int32_t>(id)] = static_cast<float>(v);
   }
+  return absl::OkStatus();
+}
+
+// response_format: "text", "json_object" (JSON mode) or "json_schema"
+// (OpenAI's structured outputs: {"name", "schema", "strict",
+// "description"}). The schema is compiled here, so one the recognizer
+// cannot hold the answer to is a 400 before anything runs.
+absl::Status ParseResponseFormat(const FieldReader& r, SamplingOptions* s) {
+  TANDEM_ASSIGN_OR_RETURN(const json* format, r.Object("response_format"));
+  if (format == nullptr) return absl::OkStatus();
+  FieldReader fr(*format, "response_format.");
+  TANDEM_ASSIGN_OR_RETURN(auto type, fr.String("type"));
+  if (!type.has_value()) return MissingParam("response_format.type");
+  if (*type == "text") return absl::OkStatus();
+  if (*type == "json_object") {
+    s->json_object = true;
+    return absl::OkStatus();
+  }
+  if (*type != "json_schema") {
+    return InvalidParam("response_format.type",
+                        absl::StrCat("response_format type '", *type,
+                                     "' is not supported (\"text\", \"json_object\" or "
+                                     "\"json_schema\")"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(const json* spec, fr.Object("json_schema"));
+  if (spec == nullptr) return MissingParam("response_format.json_schema");
+  FieldReader sr(*spec, "response_format.json_schema.");
+  TANDEM_ASSIGN_OR_RETURN(auto name, sr.String("name"));
+  if (!name.has_value()) return MissingParam("response_format.json_schema.name");
+  TANDEM_ASSIGN_OR_RETURN(auto strict, sr.Bool("strict"));  // always enforced
+  (void)strict;
+  TANDEM_ASSIGN_OR_RETURN(auto description, sr.String("description"));
+  (void)description;
+  const json* schema = sr.Find("schema");
+  if (schema == nullptr || schema->is_null()) {
+    return MissingParam("response_format.json_schema.schema");
+  }
+  auto compiled = structured::CompiledSchema::Compile(*schema);
+  if (!compiled.ok()) {
+    return InvalidParam("response_format.json_schema.schema",
+                        absl::StrCat("Unsupported JSON Schema: ", compiled.status().message()));
+  }
+  s->json_schema = *std::move(compiled);
   return absl::OkStatus();
 }
 
@@ -200,6 +244,7 @@ absl::Status ParseSamplingFields(const FieldReader& r,
   TANDEM_RETURN_IF_ERROR(ParseLogitBias(r, options, &s));
   TANDEM_ASSIGN_OR_RETURN(auto as_ids, r.Bool("return_tokens_as_token_ids"));
   out->return_tokens_as_token_ids = as_ids.value_or(false);
+  TANDEM_RETURN_IF_ERROR(ParseResponseFormat(r, &s));
   return absl::OkStatus();
 }
 

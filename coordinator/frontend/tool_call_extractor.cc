@@ -36,6 +36,7 @@ std::string_view ToolCallToken(ToolCallParser parser) {
 
 size_t ToolCallExtractor::CallsStart(std::string_view buf, size_t* keep) {
   *keep = 0;
+  if (parser_ == ToolCallParser::kForced) return 0;
   if (parser_ != ToolCallParser::kLlama3Json) {
     const std::string_view marker =
         parser_ == ToolCallParser::kHermes ? kHermesOpen : kMistralToolCalls;
@@ -95,6 +96,9 @@ std::string ToolCallExtractor::Finish(std::vector<ToolCall>* calls) {
       break;
     case ToolCallParser::kLlama3Json:
       ok = ParseLlamaJsonCalls(rest, calls);
+      break;
+    case ToolCallParser::kForced:
+      ok = ParseForcedCalls(rest, calls);
       break;
     case ToolCallParser::kNone:
       break;

@@ -30,7 +30,10 @@
 
 namespace tandem::frontend {
 
-enum class ToolCallParser { kNone, kHermes, kMistral, kLlama3Json };
+// kForced: tool_choice "required" or a named function, whatever the model's
+// own format: the answer is held by a JSON Schema to a JSON array of
+// {"name", "parameters"} (as vLLM does), and all of it is the calls.
+enum class ToolCallParser { kNone, kHermes, kMistral, kLlama3Json, kForced };
 
 // "" (none), "hermes", "mistral", "llama3_json" or "llama4_json" (the same
 // parser, as in vLLM); InvalidArgument otherwise.

@@ -179,6 +179,23 @@ TEST(ToolCallExtractor, Llama3JsonNotCallsStayContent) {
        "<tool_call>{\"name\": \"f\"}</tool_call>"});
 }
 
+// tool_choice "required" or named: the whole answer is a list of calls,
+// held back until it is whole; one cut off by max_tokens stays content.
+TEST(ToolCallExtractor, ForcedCalls) {
+  Result r = Whole(
+      "[{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}, "
+      "{\"name\": \"search\", \"parameters\": {}}]",
+      ToolCallParser::kForced);
+  EXPECT_EQ(r.content, "");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Paris\"}");
+  EXPECT_EQ(r.calls[1].arguments, "{}");
+  EXPECT_EQ(r.calls[0].id.rfind("chatcmpl-tool-", 0), 0u);
+  ExpectAllContent(ToolCallParser::kForced,
+                   {"[{\"name\": \"f\", \"parameters\": {\"a\": ", "[]", "", "[1]"});
+}
+
 // JsonContainerEnd finds the end of any JSON object or array, whatever text
 // follows, and nothing where the value is cut off.
 TEST(ToolCallFormats, JsonContainerEndMatchesTheParser) {

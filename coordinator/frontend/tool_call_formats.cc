@@ -184,4 +184,13 @@ bool ParseLlamaJsonCalls(std::string_view text, std::vector<ToolCall>* calls) {
   return !calls->empty();
 }
 
+bool ParseForcedCalls(std::string_view text, std::vector<ToolCall>* calls) {
+  const ojson j = ParseJson(TrimSpace(text));
+  if (!j.is_array() || j.empty()) return false;  // cut off by max_tokens
+  for (const ojson& c : j) {
+    if (!CallFromObject(c, OpenAiCallId(), calls)) return false;
+  }
+  return true;
+}
+
 }  // namespace tandem::frontend

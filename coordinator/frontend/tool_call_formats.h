@@ -13,6 +13,8 @@
 //       [TOOL_CALLS]f[ARGS]{...}[TOOL_CALLS]g[ARGS]{...}
 //   llama3_json  (Llama 3.1-3.3, Llama 4; vLLM also calls it llama4_json)
 //       <|python_tag|>{"name": "f", "parameters": {...}}; {"name": "g", ...}
+//   forced       (tool_choice "required" or a named function, any model)
+//       [{"name": "f", "parameters": {...}}, ...]
 #ifndef TANDEM_COORDINATOR_FRONTEND_TOOL_CALL_FORMATS_H_
 #define TANDEM_COORDINATOR_FRONTEND_TOOL_CALL_FORMATS_H_
 
@@ -45,6 +47,7 @@ size_t JsonContainerEnd(std::string_view text, size_t begin);
 bool ParseHermesCalls(std::string_view text, std::vector<ToolCall>* calls);
 bool ParseMistralCalls(std::string_view text, std::vector<ToolCall>* calls);
 bool ParseLlamaJsonCalls(std::string_view text, std::vector<ToolCall>* calls);
+bool ParseForcedCalls(std::string_view text, std::vector<ToolCall>* calls);
 
 }  // namespace tandem::frontend
 

@@ -47,6 +47,7 @@ absl::Status FrontendBackend::Submit(frontend::GenerationRequest request,
   p.logit_bias = s.logit_bias;
   p.top_logprobs = s.logprobs;
   p.json_object = s.json_object;
+  p.json_schema = s.json_schema;
 
   const std::string key = request.request_id;
   auto callback = [this, key, on_event = std::move(on_event)](const GenerationEvent& e) {

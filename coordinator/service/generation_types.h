@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -18,6 +19,10 @@
 
 #include "absl/status/status.h"
 #include "coordinator/scheduler/request.h"
+
+namespace tandem::structured {
+class CompiledSchema;
+}
 
 namespace tandem::coord {
 
@@ -52,6 +57,9 @@ struct GenerationParams {
   // tokenizer); only tokens that keep it valid are sampled, and the end of
   // generation only once it is whole.
   bool json_object = false;
+  // The same for the JSON texts a JSON Schema allows (json_object is then
+  // false).
+  std::shared_ptr<const structured::CompiledSchema> json_schema;
 };
 
 struct GenerationRequest {

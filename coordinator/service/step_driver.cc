@@ -138,10 +138,10 @@ absl::StatusOr<int64_t> StepDriver::Submit(GenerationRequest request,
         config_.model.max_context,
         " must leave room for at least one generated token"));
   }
-  if (request.params.json_object && masker_ == nullptr) {
-    return absl::InvalidArgumentError(
-        "response_format json_object needs the model's tokenizer (with an end-of-generation "
-        "token); this server has none");
+  if ((request.params.json_object || request.params.json_schema != nullptr) && masker_ == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "response_format ", request.params.json_object ? "json_object" : "json_schema",
+        " needs the model's tokenizer (with an end-of-generation token); this server has none"));
   }
   GenerationParams params = std::move(request.params);
   if (!params.seed.has_value()) {
@@ -176,7 +176,12 @@ absl::StatusOr<int64_t> StepDriver::Submit(GenerationRequest request,
   live.seed = *params.seed;
   live.output = std::make_unique<RequestOutput>(*id, prompt_len, params,
                                                 config_.tokenizer.get());
-  if (params.json_object) live.json.emplace(/*object_only=*/true);
+  // The grammar reads the schema that live.params keeps.
+  if (params.json_schema != nullptr) {
+    live.json.emplace(params.json_schema.get());
+  } else if (params.json_object) {
+    live.json.emplace(structured::CompiledSchema::AnyObject().get());
+  }
   live.params = std::move(params);
   live.arrival = arrival;
   live_.emplace(*id, std::move(live));

@@ -63,7 +63,7 @@
 #include "coordinator/service/model_loading.h"
 #include "coordinator/service/request_output.h"
 #include "coordinator/service/worker_registry.h"
-#include "coordinator/structured/json_grammar.h"
+#include "coordinator/structured/schema_grammar.h"
 #include "coordinator/structured/token_mask.h"
 #include "grpcpp/client_context.h"
 #include "proto/worker.grpc.pb.h"
@@ -168,8 +168,9 @@ class StepDriver final : public WorkerListener {
     uint64_t seed = 0;
     std::unique_ptr<RequestOutput> output;
     std::chrono::steady_clock::time_point arrival;
-    // JSON mode: the answer so far, as the recognizer has read it.
-    std::optional<structured::JsonGrammar> json;
+    // JSON mode or a JSON Schema: the answer so far, as the recognizer has
+    // read it.
+    std::optional<structured::SchemaGrammar> json;
   };
   struct Outgoing {
     int64_t request_id;

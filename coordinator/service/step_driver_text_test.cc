@@ -7,6 +7,7 @@
 
 #include "coordinator/service/step_driver.h"
 #include "coordinator/service/testing/driver_fixture.h"
+#include "coordinator/structured/schema_grammar.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -140,6 +141,44 @@ TEST_F(StepDriverTextTest, JsonModeEndsTheAnswerWithTheObject) {
   ASSERT_TRUE(events_.WaitDone(plain));
   EXPECT_EQ(events_.Get(plain).tokens, script);
   EXPECT_EQ(worker_->worker().masked_samples(), static_cast<int64_t>(want.size()));
+}
+
+// A JSON Schema: the answer follows it. A script that writes a valid
+// document ends with it; one that would break the schema is steered by the
+// masks (the fake worker takes the first allowed token when its own is
+// not), so what streams out is always a prefix of a valid document, and a
+// whole one when the answer stops.
+TEST_F(StepDriverTextTest, JsonSchemaHoldsTheAnswerToTheSchema) {
+  auto schema = structured::CompiledSchema::Parse(R"({"type": "object",
+      "properties": {"city": {"type": "string", "maxLength": 10}, "rank": {"enum": [1, 2]}},
+      "required": ["city", "rank"]})");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  const std::vector<int32_t> prompt = {1, 15043};
+  const std::vector<int32_t> valid = Ids("{\"rank\": 2, \"city\": \"Paris\"}");
+  std::vector<int32_t> script = valid;
+  for (int32_t t : Ids(" Done.")) script.push_back(t);
+  worker_->worker().Script(prompt, script);
+  GenerationParams p = Greedy(60);
+  p.json_schema = *schema;
+  const int64_t id = Submit(prompt, p);
+  ASSERT_TRUE(events_.WaitDone(id));
+  RequestLog log = events_.Get(id);
+  ASSERT_TRUE(log.last().status.ok()) << log.last().status;
+  std::vector<int32_t> want = valid;
+  want.push_back(Llama2()->eos_ids()[0]);
+  EXPECT_EQ(log.tokens, want);
+  EXPECT_EQ(log.last().finish_reason, FinishReason::kStop);
+
+  const std::vector<int32_t> other = {1, 15044};
+  worker_->worker().Script(other, Ids("{\"town\": \"Lyon\", \"rank\": 3}"));
+  const int64_t steered = Submit(other, p);
+  ASSERT_TRUE(events_.WaitDone(steered));
+  log = events_.Get(steered);
+  ASSERT_TRUE(log.last().status.ok()) << log.last().status;
+  structured::SchemaGrammar g(schema->get());
+  EXPECT_TRUE(g.Feed(log.text)) << log.text;
+  if (log.last().finish_reason == FinishReason::kStop) EXPECT_TRUE(g.IsComplete()) << log.text;
+  EXPECT_NE(log.text.find("\"city\""), std::string::npos) << log.text;  // it was required
 }
 
 // A worker that samples outside the mask ends the request with an error
