@@ -1,9 +1,11 @@
-// The cost of JSON mode's token masks: one mask per generated token, over
+// The cost of JSON mode's token masks (and of a JSON Schema's, over Qwen3):
+// one mask per generated token, over
 // the Qwen3 (151,669 ids) and Llama-2 (32,000 ids) vocabularies, along the
 // tokens of a JSON answer; computed afresh for every token, and through
 // TokenMasker's cache of recent states as the step driver asks for them.
 //
 //   build/coordinator/structured/tandem_token_mask_bench
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,7 +22,24 @@ const char kAnswer[] =
     "  \"landmarks\": [\"Eiffel Tower\", \"Louvre\", \"Notre-Dame\"],\n"
     "  \"capital\": true,\n  \"mayor\": {\"name\": \"Anne Hidalgo\", \"since\": 2014}\n}";
 
-void Run(benchmark::State& state, const Tokenizer& t, bool cached) {
+// A schema of that answer (response_format json_schema).
+const char kSchema[] = R"({"type": "object", "properties": {
+    "city": {"type": "string"}, "country": {"type": "string"},
+    "population": {"type": "integer"},
+    "landmarks": {"type": "array", "items": {"type": "string"}, "maxItems": 5},
+    "capital": {"type": "boolean"},
+    "mayor": {"type": "object", "properties": {"name": {"type": "string"},
+              "since": {"type": "integer"}}, "required": ["name"]}},
+    "required": ["city", "country"]})";
+
+void Run(benchmark::State& state, const Tokenizer& t, bool cached, bool schema = false) {
+  using Compiled = absl::StatusOr<std::shared_ptr<const CompiledSchema>>;
+  const Compiled compiled =
+      schema ? CompiledSchema::Parse(kSchema) : Compiled(CompiledSchema::AnyObject());
+  if (!compiled.ok()) {
+    state.SkipWithError(std::string(compiled.status().message()).c_str());
+    return;
+  }
   const std::vector<int32_t> ids = t.Encode(kAnswer, /*add_bos=*/false, /*parse_special=*/false);
   int64_t masks = 0, hits = 0;
   for (auto _ : state) {
@@ -33,7 +52,7 @@ void Run(benchmark::State& state, const Tokenizer& t, bool cached) {
       state.SkipWithError(std::string(masker.status().message()).c_str());
       return;
     }
-    SchemaGrammar g(CompiledSchema::AnyObject().get());
+    SchemaGrammar g(compiled->get());
     for (int32_t id : ids) {
       benchmark::DoNotOptimize(cached ? (*masker)->AllowedMask(g) : (*masker)->ComputeMask(g));
       g.Feed((*masker)->Bytes(id));
@@ -52,10 +71,14 @@ void BM_Qwen3Fresh(benchmark::State& s) { Run(s, tandem::testing::Qwen3(), false
 void BM_Qwen3Cached(benchmark::State& s) { Run(s, tandem::testing::Qwen3(), true); }
 void BM_Llama2Fresh(benchmark::State& s) { Run(s, tandem::testing::Llama2(), false); }
 void BM_Llama2Cached(benchmark::State& s) { Run(s, tandem::testing::Llama2(), true); }
+void BM_Qwen3SchemaFresh(benchmark::State& s) { Run(s, tandem::testing::Qwen3(), false, true); }
+void BM_Qwen3SchemaCached(benchmark::State& s) { Run(s, tandem::testing::Qwen3(), true, true); }
 BENCHMARK(BM_Qwen3Fresh)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Qwen3Cached)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Llama2Fresh)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Llama2Cached)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Qwen3SchemaFresh)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Qwen3SchemaCached)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace tandem::structured
