@@ -302,9 +302,9 @@ absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body,
   TANDEM_ASSIGN_OR_RETURN(std::optional<json> forced, ForcedToolSchema(r));
   if (forced.has_value()) {
     if (out.sampling.json_object || out.sampling.json_schema != nullptr) {
-      return InvalidParam("response_format",
-                          "response_format cannot be combined with tool_choice \"required\" "
-                          "or a named function");
+      return InvalidParam("tool_choice",
+                          "tool_choice \"required\" or a named function cannot be combined with "
+                          "response_format, structured_outputs or guided_json/guided_choice");
     }
     auto schema = structured::CompiledSchema::Compile(*forced);
     if (!schema.ok()) return InvalidParam("tools", std::string(schema.status().message()));

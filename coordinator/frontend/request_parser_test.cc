@@ -402,6 +402,46 @@ TEST(FrontendParserTest, JsonSchemaResponseFormatCompilesTheSchema) {
   EXPECT_EQ(r->sampling.json_schema, nullptr);
 }
 
+// vLLM's own fields: structured_outputs {"json" | "choice" | "json_object"}
+// and the older guided_json and guided_choice; one constraint at most.
+TEST(FrontendParserTest, VllmStructuredOutputFields) {
+  auto Accepts = [](const std::string& fields, const std::string& text) {
+    auto r = Parse(Endpoint::kCompletions, R"({"prompt":"a",)" + fields + "}");
+    EXPECT_TRUE(r.ok()) << fields << ": " << r.status();
+    if (!r.ok() || r->sampling.json_schema == nullptr) return false;
+    structured::SchemaGrammar g(r->sampling.json_schema.get());
+    return g.Feed(text) && g.IsComplete();
+  };
+  EXPECT_TRUE(Accepts(R"("guided_choice":["yes","no"])", "no"));
+  EXPECT_FALSE(Accepts(R"("guided_choice":["yes","no"])", "\"no\""));
+  EXPECT_FALSE(Accepts(R"("guided_choice":["yes","no"])", " no"));
+  EXPECT_TRUE(Accepts(R"("structured_outputs":{"choice":["a b","a"]})", "a b"));
+  EXPECT_TRUE(Accepts(R"("guided_json":{"type":"integer"})", "42"));
+  EXPECT_TRUE(Accepts(R"("guided_json":"{\"type\":\"integer\"}")", "42"));
+  EXPECT_TRUE(Accepts(R"("structured_outputs":{"json":{"type":"array"}})", "[1]"));
+  EXPECT_FALSE(Accepts(R"("structured_outputs":{"json":{"type":"array"}})", "{}"));
+  auto r =
+      Parse(Endpoint::kCompletions,
+            R"({"prompt":"a","structured_outputs":{"json_object":true,"disable_fallback":true}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->sampling.json_object);
+
+  auto Error = [](const std::string& fields) {
+    auto r = Parse(Endpoint::kCompletions, R"({"prompt":"a",)" + fields + "}");
+    return r.ok() ? std::string("ok") : std::string(ParamOf(r.status()).value_or(""));
+  };
+  EXPECT_EQ(Error(R"("guided_choice":[])"), "guided_choice");
+  EXPECT_EQ(Error(R"("guided_choice":["a",""])"), "guided_choice");
+  EXPECT_EQ(Error(R"("guided_choice":["a",1])"), "guided_choice");
+  EXPECT_EQ(Error(R"("guided_json":"{")"), "guided_json");
+  EXPECT_EQ(Error(R"("guided_json":{"type":"string","format":"uri"})"), "guided_json");
+  EXPECT_EQ(Error(R"("guided_regex":"a+")"), "guided_regex");
+  EXPECT_EQ(Error(R"("structured_outputs":{"regex":"a+"})"), "structured_outputs.regex");
+  EXPECT_EQ(Error(R"("structured_outputs":{"json":{},"choice":["a"]})"), "structured_outputs");
+  EXPECT_EQ(Error(R"("guided_json":{},"response_format":{"type":"json_object"})"), "guided_json");
+  EXPECT_EQ(Error(R"("guided_json":{},"response_format":{"type":"text"})"), "ok");
+}
+
 // tool_choice "required" or a named function: the answer is held to a list
 // of calls of the tools offered (one call when named), whatever
 // --tool-call-parser says, and parsed as the calls.
@@ -442,7 +482,7 @@ TEST(FrontendParserTest, ForcedToolChoiceHoldsTheAnswerToCalls) {
                   R"({"type":"string","format":"email"}}}],"tool_choice":"required")"),
             "tools[0].function.parameters");
   EXPECT_EQ(Error(tools + R"(,"tool_choice":"required","response_format":{"type":"json_object"})"),
-            "response_format");
+            "tool_choice");
   EXPECT_EQ(Error(R"("tool_choice":"required")"), "tool_choice");
   EXPECT_EQ(Error(tools + R"(,"tool_choice":"auto")"), "ok");
 }

@@ -75,14 +75,51 @@ absl::Status ParseLogitBias(const FieldReader& r, const ParseOptions& options,
   return absl::OkStatus();
 }
 
+// A schema given as a JSON object, or as its text (vLLM takes both).
+absl::Status CompileSchemaParam(const json& schema, std::string_view param, SamplingOptions* s) {
+  json parsed;
+  const json* use = &schema;
+  if (schema.is_string()) {
+    parsed = json::parse(schema.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded()) {
+      return InvalidParam(param, absl::StrCat("'", std::string(param), "' is not valid JSON"));
+    }
+    use = &parsed;
+  }
+  auto compiled = structured::CompiledSchema::Compile(*use);
+  if (!compiled.ok()) {
+    return InvalidParam(param,
+                        absl::StrCat("Unsupported JSON Schema: ", compiled.status().message()));
+  }
+  s->json_schema = *std::move(compiled);
+  return absl::OkStatus();
+}
+
+// A list of choices (vLLM's guided_choice): the text is one of them.
+absl::Status CompileChoiceParam(const json& choices, std::string_view param, SamplingOptions* s) {
+  std::vector<std::string> list;
+  if (choices.is_array()) {
+    for (const json& c : choices) {
+      if (!c.is_string()) break;
+      list.push_back(c.get<std::string>());
+    }
+  }
+  if (!choices.is_array() || choices.empty() || list.size() != choices.size()) {
+    return InvalidParam(
+        param, absl::StrCat("'", std::string(param), "' must be a non-empty list of strings"));
+  }
+  auto compiled = structured::CompiledSchema::Choice(list);
+  if (!compiled.ok()) return InvalidParam(param, std::string(compiled.status().message()));
+  s->json_schema = *std::move(compiled);
+  return absl::OkStatus();
+}
+
 // response_format: "text", "json_object" (JSON mode) or "json_schema"
 // (OpenAI's structured outputs: {"name", "schema", "strict",
 // "description"}). The schema is compiled here, so one the recognizer
 // cannot hold the answer to is a 400 before anything runs.
-absl::Status ParseResponseFormat(const FieldReader& r, SamplingOptions* s) {
-  TANDEM_ASSIGN_OR_RETURN(const json* format, r.Object("response_format"));
-  if (format == nullptr) return absl::OkStatus();
-  FieldReader fr(*format, "response_format.");
+absl::Status ParseResponseFormat(const json& format, SamplingOptions* s) {
+  FieldReader fr(format, "response_format.");
   TANDEM_ASSIGN_OR_RETURN(auto type, fr.String("type"));
   if (!type.has_value()) return MissingParam("response_format.type");
   if (*type == "text") return absl::OkStatus();
@@ -109,12 +146,80 @@ absl::Status ParseResponseFormat(const FieldReader& r, SamplingOptions* s) {
   if (schema == nullptr || schema->is_null()) {
     return MissingParam("response_format.json_schema.schema");
   }
-  auto compiled = structured::CompiledSchema::Compile(*schema);
-  if (!compiled.ok()) {
-    return InvalidParam("response_format.json_schema.schema",
-                        absl::StrCat("Unsupported JSON Schema: ", compiled.status().message()));
+  if (!schema->is_object() && !schema->is_boolean()) {
+    return WrongType("response_format.json_schema.schema", "an object", JsonTypeName(*schema));
   }
-  s->json_schema = *std::move(compiled);
+  return CompileSchemaParam(*schema, "response_format.json_schema.schema", s);
+}
+
+// vLLM's structured_outputs: {"json": schema, "choice": [...],
+// "json_object": true}; "regex", "grammar" and "structural_tag" are refused.
+absl::Status ParseVllmStructuredOutputs(const json& so, SamplingOptions* s) {
+  int kinds = 0;
+  for (const auto& [key, value] : so.items()) {
+    if (value.is_null()) continue;
+    const std::string param = "structured_outputs." + key;
+    if (key == "json") {
+      TANDEM_RETURN_IF_ERROR(CompileSchemaParam(value, param, s));
+    } else if (key == "choice") {
+      TANDEM_RETURN_IF_ERROR(CompileChoiceParam(value, param, s));
+    } else if (key == "json_object") {
+      if (!value.is_boolean()) return WrongType(param, "a boolean", JsonTypeName(value));
+      if (!value.get<bool>()) continue;
+      s->json_object = true;
+    } else if (key == "regex" || key == "grammar" || key == "structural_tag") {
+      return InvalidParam(param, absl::StrCat("structured_outputs '", key,
+                                              "' is not supported (\"json\", \"choice\" or "
+                                              "\"json_object\")"));
+    } else {
+      continue;  // backend options (disable_fallback, whitespace_pattern, ...)
+    }
+    ++kinds;
+  }
+  if (kinds > 1) {
+    return InvalidParam("structured_outputs",
+                        "structured_outputs takes one of \"json\", \"choice\" and \"json_object\"");
+  }
+  return absl::OkStatus();
+}
+
+// The constraint on the answer, from whichever field gives it:
+// response_format, vLLM's structured_outputs, or its older guided_json and
+// guided_choice. At most one of them.
+absl::Status ParseStructuredOutputs(const FieldReader& r, SamplingOptions* s) {
+  std::vector<std::string_view> given;
+  for (std::string_view key : {"response_format", "structured_outputs", "guided_json",
+                               "guided_choice", "guided_regex", "guided_grammar"}) {
+    const json* v = r.Find(key);
+    if (v == nullptr || v->is_null()) continue;
+    if (key == "response_format" && v->is_object() && v->value("type", json()) == "text") continue;
+    given.push_back(key);
+  }
+  if (given.size() > 1) {
+    return InvalidParam(given[1],
+                        absl::StrCat("'", std::string(given[0]), "' and '", std::string(given[1]),
+                                     "' cannot both constrain the answer"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(const json* format, r.Object("response_format"));
+  if (format != nullptr) TANDEM_RETURN_IF_ERROR(ParseResponseFormat(*format, s));
+  TANDEM_ASSIGN_OR_RETURN(const json* so, r.Object("structured_outputs"));
+  if (so != nullptr) TANDEM_RETURN_IF_ERROR(ParseVllmStructuredOutputs(*so, s));
+  if (const json* j = r.Find("guided_json"); j != nullptr && !j->is_null()) {
+    if (!j->is_object() && !j->is_string()) {
+      return WrongType("guided_json", "an object or a string", JsonTypeName(*j));
+    }
+    TANDEM_RETURN_IF_ERROR(CompileSchemaParam(*j, "guided_json", s));
+  }
+  if (const json* c = r.Find("guided_choice"); c != nullptr && !c->is_null()) {
+    TANDEM_RETURN_IF_ERROR(CompileChoiceParam(*c, "guided_choice", s));
+  }
+  for (std::string_view key : {"guided_regex", "guided_grammar"}) {
+    if (const json* v = r.Find(key); v != nullptr && !v->is_null()) {
+      return InvalidParam(key, absl::StrCat("'", std::string(key),
+                                            "' is not supported (guided_json and guided_choice "
+                                            "are)"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -244,7 +349,7 @@ absl::Status ParseSamplingFields(const FieldReader& r,
   TANDEM_RETURN_IF_ERROR(ParseLogitBias(r, options, &s));
   TANDEM_ASSIGN_OR_RETURN(auto as_ids, r.Bool("return_tokens_as_token_ids"));
   out->return_tokens_as_token_ids = as_ids.value_or(false);
-  TANDEM_RETURN_IF_ERROR(ParseResponseFormat(r, &s));
+  TANDEM_RETURN_IF_ERROR(ParseStructuredOutputs(r, &s));
   return absl::OkStatus();
 }
 

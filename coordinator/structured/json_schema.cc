@@ -392,6 +392,22 @@ absl::StatusOr<std::shared_ptr<const CompiledSchema>> CompiledSchema::Parse(std:
   return Compile(s);
 }
 
+absl::StatusOr<std::shared_ptr<const CompiledSchema>> CompiledSchema::Choice(
+    const std::vector<std::string>& choices) {
+  if (choices.empty()) return absl::InvalidArgumentError("there are no choices");
+  auto s = std::shared_ptr<CompiledSchema>(new CompiledSchema());
+  s->raw_ = true;
+  SchemaNode& n = s->nodes_.emplace_back();
+  n.kind = SchemaNode::Kind::kEnum;
+  for (const std::string& c : choices) {
+    if (c.empty()) return absl::InvalidArgumentError("a choice is empty");
+    n.values.push_back(c);
+  }
+  std::sort(n.values.begin(), n.values.end());
+  n.values.erase(std::unique(n.values.begin(), n.values.end()), n.values.end());
+  return std::shared_ptr<const CompiledSchema>(std::move(s));
+}
+
 std::shared_ptr<const CompiledSchema> CompiledSchema::AnyObject() {
   static const std::shared_ptr<const CompiledSchema> kAnyObject = [] {
     auto s = std::shared_ptr<CompiledSchema>(new CompiledSchema());

@@ -74,9 +74,16 @@ class CompiledSchema {
   static absl::StatusOr<std::shared_ptr<const CompiledSchema>> Parse(std::string_view text);
   // Any JSON object: response_format json_object.
   static std::shared_ptr<const CompiledSchema> AnyObject();
+  // Not JSON: the text is exactly one of `choices` (vLLM's guided_choice),
+  // with nothing before or after it. InvalidArgument when there are none
+  // or one is empty.
+  static absl::StatusOr<std::shared_ptr<const CompiledSchema>> Choice(
+      const std::vector<std::string>& choices);
 
   const SchemaNode& node(int32_t id) const { return nodes_[static_cast<size_t>(id)]; }
   int32_t root() const { return 0; }
+  // The text is the root value's bytes alone (Choice): no whitespace before it.
+  bool raw() const { return raw_; }
   // Unique among the schemas of a process (never reused), so token masks
   // cached by state can name their schema.
   uint64_t id() const { return id_; }
@@ -87,6 +94,7 @@ class CompiledSchema {
 
   std::vector<SchemaNode> nodes_;
   uint64_t id_;
+  bool raw_ = false;
 };
 
 }  // namespace tandem::structured

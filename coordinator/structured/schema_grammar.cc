@@ -176,7 +176,7 @@ bool SchemaGrammar::StartConcrete(Path& p, int32_t id, uint8_t b, Paths* more) c
 bool SchemaGrammar::Step(Path& p, uint8_t b, Paths* more) const {
   if (p.frames.empty()) {
     if (p.started) return false;  // nothing follows the value
-    if (IsJsonSpace(b)) {
+    if (IsJsonSpace(b) && !schema_->raw()) {
       return Space(&p);
     }
     p.spaces = 0;

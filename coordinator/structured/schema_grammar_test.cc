@@ -235,6 +235,20 @@ TEST(SchemaGrammarTest, RecursionAndDepth) {
   EXPECT_FALSE(SchemaGrammar(cycle.get()).Feed("{"));
 }
 
+// guided_choice: the text is one of the strings exactly, unquoted, with
+// nothing around it; a choice that begins another ends only if the text
+// ends there.
+TEST(SchemaGrammarTest, ChoicesAreMatchedByteForByte) {
+  auto s = CompiledSchema::Choice({"yes", "no", "yes!", "no"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (const char* ok : {"yes", "no", "yes!"}) EXPECT_TRUE(Accepts(**s, ok)) << ok;
+  for (const char* bad : {"", "y", "\"yes\"", " yes", "yes ", "yes!!", "No", "non"}) {
+    EXPECT_FALSE(Accepts(**s, bad)) << bad;
+  }
+  EXPECT_FALSE(CompiledSchema::Choice({}).ok());
+  EXPECT_FALSE(CompiledSchema::Choice({"a", ""}).ok());
+}
+
 TEST(SchemaGrammarTest, WhitespaceRunsAreBounded) {
   const auto s = Compile(kPerson);
   const std::string run(JsonGrammar::kMaxWhitespaceRun, ' ');
