@@ -1,6 +1,7 @@
 #include "coordinator/structured/token_mask.h"
 
 #include <algorithm>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +39,30 @@ TokenMasker::TokenMasker(int64_t vocab_size, std::vector<std::string> token_byte
     while (c < t.size() && c < prev.size() && t[c] == prev[c]) ++c;
     common_[k] = static_cast<uint32_t>(c);
   }
+  // A later token j picks up from token k's bytes at depth common_[j] when
+  // every token between shares at least that much: the running minima of
+  // common_ after k, while they are deeper than where k itself picked up.
+  save_begin_.reserve(order_.size() + 1);
+  for (size_t k = 0; k < order_.size(); ++k) {
+    save_begin_.push_back(static_cast<uint32_t>(save_depths_.size()));
+    const size_t len = bytes_[size_t(order_[k])].size();
+    const size_t first = save_depths_.size();
+    uint32_t least = ~uint32_t{0};
+    for (size_t j = k + 1; j < order_.size() && common_[j] > common_[k]; ++j) {
+      if (common_[j] < least) {
+        least = common_[j];
+        if (least <= len) save_depths_.push_back(least);
+      }
+    }
+    std::reverse(save_depths_.begin() + static_cast<std::ptrdiff_t>(first), save_depths_.end());
+  }
+  save_begin_.push_back(static_cast<uint32_t>(save_depths_.size()));
+  walk_offset_.reserve(order_.size() + 1);
+  for (int32_t id : order_) {
+    walk_offset_.push_back(static_cast<uint32_t>(walk_bytes_.size()));
+    walk_bytes_ += bytes_[size_t(id)];
+  }
+  walk_offset_.push_back(static_cast<uint32_t>(walk_bytes_.size()));
 }
 
 absl::StatusOr<std::unique_ptr<TokenMasker>> TokenMasker::FromTokenizer(
@@ -100,29 +125,42 @@ std::string TokenMasker::ComputeMask(const SchemaGrammar& state) const {
     mask[static_cast<size_t>(id / 8)] |= static_cast<char>(1 << (id % 8));
   };
   bool any = false;
-  // after[d]: the state after the first d bytes of the token at hand, for
-  // d <= valid. dead: the byte of the last token that failed (npos: none).
+  // saved[d]: the state after the first d bytes of the token at hand, for
+  // the depths a later token picks up from. cur: the state being fed; after
+  // a token that fits, the state after all its bytes (at_end). dead: the
+  // byte of the last token that failed (npos: none).
   constexpr size_t npos = ~size_t{0};
-  std::vector<SchemaGrammar> after(longest_ + 1, state);
-  size_t valid = 0, dead = npos;
+  std::vector<SchemaGrammar> saved(longest_ + 1, state);
+  SchemaGrammar cur = state;
+  size_t at_end = 0, dead = npos;
   for (size_t k = 0; k < order_.size(); ++k) {
-    const std::string& t = bytes_[static_cast<size_t>(order_[k])];
     const size_t common = common_[k];
     if (dead != npos && common > dead) continue;  // it starts with the prefix that failed
+    const std::string_view t(walk_bytes_.data() + walk_offset_[k],
+                             walk_offset_[k + 1] - walk_offset_[k]);
     dead = npos;
-    size_t d = std::min(valid, common);
+    if (at_end != common) cur = saved[common];
+    const uint32_t* save = save_depths_.data() + save_begin_[k];
+    const uint32_t* const save_end = save_depths_.data() + save_begin_[k + 1];
+    size_t d = common;
     for (; d < t.size(); ++d) {
-      after[d + 1] = after[d];
-      if (!after[d + 1].Feed(static_cast<uint8_t>(t[d]))) {
+      if (save != save_end && *save == d) {
+        saved[d] = cur;
+        ++save;
+      }
+      if (!cur.Feed(static_cast<uint8_t>(t[d]))) {
         dead = d;
         break;
       }
     }
-    valid = d;
-    if (dead == npos) {
-      allow(order_[k]);
-      any = true;
+    if (dead != npos) {
+      at_end = npos;
+      continue;
     }
+    if (save != save_end && *save == d) saved[d] = cur;
+    at_end = d;
+    allow(order_[k]);
+    any = true;
   }
   if (state.IsComplete() || !any) {
     for (int32_t id : end_ids_) allow(id);

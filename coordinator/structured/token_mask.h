@@ -71,6 +71,17 @@ class TokenMasker {
   // leading bytes order_[k] shares with order_[k - 1].
   std::vector<int32_t> order_;
   std::vector<uint32_t> common_;
+  // Their bytes, one after another in that order (the walk reads them in
+  // sequence rather than chasing one string per token): token k is
+  // walk_bytes_[walk_offset_[k] .. walk_offset_[k + 1]).
+  std::string walk_bytes_;
+  std::vector<uint32_t> walk_offset_;
+  // The depths along token k's bytes (past common_[k]) at which a later
+  // token picks up: save_depths_[save_begin_[k] .. save_begin_[k + 1]),
+  // ascending. Only these states are kept during the walk; the rest are
+  // fed in place.
+  std::vector<uint32_t> save_begin_;
+  std::vector<uint32_t> save_depths_;
   size_t longest_ = 0;  // bytes of the longest token
   mutable absl::Mutex mu_;
   mutable std::vector<Cached> cache_ ABSL_GUARDED_BY(mu_);
