@@ -24,10 +24,6 @@ std::atomic<uint64_t> next_schema_id{1};
 constexpr absl::string_view kUnsupported[] = {
     "pattern",
     "format",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
     "multipleOf",
     "patternProperties",
     "propertyNames",
@@ -160,12 +156,15 @@ class SchemaCompiler {
       const bool array = s.contains("items") || s.contains("prefixItems") ||
                          s.contains("minItems") || s.contains("maxItems");
       const bool string = s.contains("minLength") || s.contains("maxLength");
-      if (object + array + string > 1) {
+      const bool number = s.contains("minimum") || s.contains("maximum") ||
+                          s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
+      if (object + array + string + number > 1) {
         return Unsupported(path, "a schema without 'type' has keywords of several types");
       }
       if (object) types.push_back("object");
       if (array) types.push_back("array");
       if (string) types.push_back("string");
+      if (number) types.push_back("number");
       if (types.empty()) return Set(id, std::move(n));  // kAny
     }
     if (types.size() == 1) return CompileTyped(s, path, nesting, types[0], id);
@@ -264,6 +263,18 @@ class SchemaCompiler {
       TANDEM_ASSIGN_OR_RETURN(n.max, Count(s, "maxLength", path, -1));
     } else if (type == "number" || type == "integer") {
       n.kind = type == "number" ? SchemaNode::Kind::kNumber : SchemaNode::Kind::kInteger;
+      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+        const auto it = s.find(k);
+        if (it == s.end() || it->is_number()) continue;
+        if (it->is_boolean() && std::string_view(k).substr(0, 9) == "exclusive")
+          continue;  // draft 4
+        return Unsupported(path, absl::StrCat("'", k, "' must be a number"));
+      }
+      bool empty = false;
+      n.bounds = BoundsOf(s, type == "integer", &empty);
+      if (empty) {
+        return Unsupported(path, absl::StrCat("no ", type, " lies within the schema's bounds"));
+      }
     } else if (type == "boolean" || type == "null") {
       n.kind = SchemaNode::Kind::kEnum;
       n.values = type == "null" ? std::vector<std::string>{"null"}

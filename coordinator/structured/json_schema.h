@@ -6,24 +6,27 @@
 // required, additionalProperties (a schema, true, or false — and false when
 // absent beside 'properties', as OpenAI's strict mode and vLLM's default
 // backend take it, so the model writes the properties it was given), items, prefixItems,
-// minItems, maxItems, minLength, maxLength, anyOf, oneOf (as anyOf: that
+// minItems, maxItems, minLength, maxLength, minimum, maximum,
+// exclusiveMinimum, exclusiveMaximum (number_bounds.h), anyOf, oneOf (as anyOf: that
 // exactly one alternative matches is not checked), allOf of one schema, and
 // $ref to "#", "#/$defs/…" or "#/definitions/…" (recursion included).
 // Properties come in any order, each at most once. Keywords that only
 // annotate (title, description, default, examples, …) are ignored. A
 // keyword that would constrain the value in a way not enforced here
-// (pattern, format, minimum, …) is an InvalidArgument naming it, so no
+// (pattern, format, multipleOf, …) is an InvalidArgument naming it, so no
 // answer claims a constraint it was not held to.
 #ifndef TANDEM_COORDINATOR_STRUCTURED_JSON_SCHEMA_H_
 #define TANDEM_COORDINATOR_STRUCTURED_JSON_SCHEMA_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/structured/number_bounds.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace tandem::structured {
@@ -55,6 +58,8 @@ struct SchemaNode {
   int32_t items = -1;
   // kArray: item counts; kString: character counts. max -1: no bound.
   int64_t min = 0, max = -1;
+  // kNumber, kInteger: minimum, maximum and their exclusive forms.
+  std::optional<NumberBounds> bounds;
   // kEnum: compact serializations, sorted.
   std::vector<std::string> values;
   // kUnion: node ids (unions and all).

@@ -58,7 +58,10 @@ bool SchemaGrammar::IsComplete() const {
     if (p.frames.size() != 1) continue;
     // A top-level number or enum value that could go on but may end here.
     const Frame& f = p.frames.back();
-    if (f.phase == kNumber && p.number.MayEnd()) return true;
+    if (f.phase == kNumber && p.number.MayEnd() &&
+        (!node(f.node).bounds || p.bounded.InBounds(*node(f.node).bounds))) {
+      return true;
+    }
     if (f.phase == kAnyValue && p.any.IsComplete()) return true;
     if (f.phase == kEnum && f.lo < f.hi && node(f.node).values[f.lo].size() == f.pos) return true;
   }
@@ -69,6 +72,7 @@ void SchemaGrammar::Pop(Path* p) {
   p->frames.pop_back();
   p->string = StringLexer();
   p->number = NumberLexer();
+  p->bounded = BoundedNumber();
   p->any = JsonGrammar();
 }
 
@@ -161,6 +165,7 @@ bool SchemaGrammar::StartConcrete(Path& p, int32_t id, uint8_t b, Paths* more) c
     case Kind::kInteger:
       p.number = NumberLexer(/*integer_only=*/n.kind == Kind::kInteger);
       if (p.number.Feed(b) != NumberLexer::Step::kMore) return false;
+      if (n.bounds && !p.bounded.Feed(b, *n.bounds, n.kind == Kind::kInteger)) return false;
       f.phase = kNumber;
       p.frames.push_back(f);
       break;
@@ -225,8 +230,9 @@ bool SchemaGrammar::Step(Path& p, uint8_t b, Paths* more) const {
         case NumberLexer::Step::kBad:
           return false;
         case NumberLexer::Step::kMore:
-          return true;
+          return !n.bounds || p.bounded.Feed(b, *n.bounds, n.kind == Kind::kInteger);
         case NumberLexer::Step::kEnd:
+          if (n.bounds && !p.bounded.InBounds(*n.bounds)) return false;
           Pop(&p);
           return Step(p, b, more);
       }

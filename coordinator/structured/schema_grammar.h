@@ -23,6 +23,7 @@
 #include "coordinator/structured/json_grammar.h"
 #include "coordinator/structured/json_lex.h"
 #include "coordinator/structured/json_schema.h"
+#include "coordinator/structured/number_bounds.h"
 
 namespace tandem::structured {
 
@@ -94,14 +95,16 @@ class SchemaGrammar {
     uint8_t spaces = 0;    // whitespace bytes since the last token
     StringLexer string;    // the top frame's string or key (default otherwise)
     NumberLexer number;    // the top frame's number (default otherwise)
+    BoundedNumber bounded;  // the same, for its bounds (default unless bounded)
     JsonGrammar any;       // the top frame's kAnyValue (default otherwise)
     bool operator==(const Path& o) const {
       return started == o.started && spaces == o.spaces && string == o.string &&
-             number == o.number && any == o.any && frames == o.frames;
+             number == o.number && bounded == o.bounded && any == o.any && frames == o.frames;
     }
     template <typename H>
     friend H AbslHashValue(H h, const Path& p) {
-      h = H::combine(std::move(h), p.started, p.spaces, p.string.Key(), p.number.Key(), p.any);
+      h = H::combine(std::move(h), p.started, p.spaces, p.string.Key(), p.number.Key(), p.bounded,
+                     p.any);
       return H::combine_contiguous(std::move(h), p.frames.data(), p.frames.size());
     }
   };
