@@ -24,6 +24,8 @@ class StringLexer {
   Step Feed(uint8_t byte);
   // Between characters (no escape or multi-byte character half read).
   bool AtBoundary() const { return mode_ == kPlain; }
+  // After a '\': the next byte names the escape.
+  bool InEscape() const { return mode_ == kEscape; }
   // The fields that decide what may follow, packed.
   uint32_t Key() const;
   bool operator==(const StringLexer& o) const { return Key() == o.Key(); }

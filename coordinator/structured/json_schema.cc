@@ -22,8 +22,6 @@ std::atomic<uint64_t> next_schema_id{1};
 // Validation keywords of JSON Schema (2020-12 and the drafts before it)
 // whose constraints the grammar does not enforce.
 constexpr absl::string_view kUnsupported[] = {
-    "pattern",
-    "format",
     "multipleOf",
     "patternProperties",
     "propertyNames",
@@ -52,7 +50,8 @@ constexpr absl::string_view kUnsupported[] = {
 constexpr absl::string_view kValidation[] = {
     "type",      "enum",        "const",           "properties", "required", "additionalProperties",
     "items",     "prefixItems", "additionalItems", "minItems",   "maxItems", "minLength",
-    "maxLength", "anyOf",       "oneOf",           "allOf",      "$ref",
+    "maxLength", "anyOf",       "oneOf",           "allOf",      "$ref",     "pattern",
+    "format",
 };
 
 constexpr int kMaxNesting = 64;
@@ -155,7 +154,8 @@ class SchemaCompiler {
           s.contains("properties") || s.contains("required") || s.contains("additionalProperties");
       const bool array = s.contains("items") || s.contains("prefixItems") ||
                          s.contains("minItems") || s.contains("maxItems");
-      const bool string = s.contains("minLength") || s.contains("maxLength");
+      const bool string = s.contains("minLength") || s.contains("maxLength") ||
+                          s.contains("pattern") || s.contains("format");
       const bool number = s.contains("minimum") || s.contains("maximum") ||
                           s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
       if (object + array + string + number > 1) {
@@ -261,6 +261,7 @@ class SchemaCompiler {
       n.kind = SchemaNode::Kind::kString;
       TANDEM_ASSIGN_OR_RETURN(n.min, Count(s, "minLength", path, 0));
       TANDEM_ASSIGN_OR_RETURN(n.max, Count(s, "maxLength", path, -1));
+      TANDEM_RETURN_IF_ERROR(CompilePattern(s, path, &n));
     } else if (type == "number" || type == "integer") {
       n.kind = type == "number" ? SchemaNode::Kind::kNumber : SchemaNode::Kind::kInteger;
       for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
@@ -290,6 +291,65 @@ class SchemaCompiler {
       return Unsupported(path, "the schema's minimum count is above its maximum");
     }
     return Set(id, std::move(n));
+  }
+
+  // pattern, or a format as the pattern of the strings it allows.
+  absl::Status CompilePattern(const json& s, const std::string& path, SchemaNode* n) {
+    const auto p = s.find("pattern");
+    const auto f = s.find("format");
+    if (p == s.end() && f == s.end()) return absl::OkStatus();
+    if (p != s.end() && f != s.end()) {
+      return Unsupported(path, "'pattern' beside 'format' is not supported");
+    }
+    std::string regex;
+    if (p != s.end()) {
+      if (!p->is_string()) return Unsupported(path, "'pattern' must be a string");
+      regex = p->get<std::string>();
+    } else {
+      if (!f->is_string()) return Unsupported(path, "'format' must be a string");
+      regex = FormatPattern(f->get<std::string>());
+      if (regex.empty()) {
+        return Unsupported(path, absl::StrCat("'format' \"", f->get<std::string>(),
+                                              "\" is not supported (date, time, date-time, "
+                                              "uuid, ipv4, email, hostname, uri)"));
+      }
+    }
+    auto dfa = ByteDfa::FromPattern(regex);
+    if (!dfa.ok()) return Unsupported(path, dfa.status().message());
+    n->pattern = *std::move(dfa);
+    return absl::OkStatus();
+  }
+
+  // RFC 3339 dates and times (the days of each month, leap years
+  // included), RFC 4122 UUIDs, dotted IPv4, and subsets of RFC 5321
+  // mailboxes, RFC 1123 host names and RFC 3986 URIs.
+  static std::string FormatPattern(const std::string& format) {
+    static const std::string kDate =
+        "(\\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|"
+        "02-(0[1-9]|1\\d|2[0-8]))|(\\d\\d(0[48]|[2468][048]|[13579][26])|"
+        "([02468][048]|[13579][26])00)-02-29)";
+    static const std::string kTime =
+        "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
+    static const std::string kLabel = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    static const std::string kUriChar = "([A-Za-z0-9\\-._~!$&'()*+,;=:@/?]|%[0-9A-Fa-f]{2})";
+    if (format == "date") return "^" + kDate + "$";
+    if (format == "time") return "^" + kTime + "$";
+    if (format == "date-time") return "^" + kDate + "[Tt]" + kTime + "$";
+    if (format == "uuid") {
+      return "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+    }
+    if (format == "ipv4") {
+      return "^((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)$";
+    }
+    if (format == "hostname") return "^" + kLabel + "(\\." + kLabel + ")*$";
+    if (format == "email") {
+      return "^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@" + kLabel +
+             "(\\." + kLabel + ")+$";
+    }
+    if (format == "uri") {
+      return "^[A-Za-z][A-Za-z0-9+.-]*:" + kUriChar + "*(#" + kUriChar + "*)?$";
+    }
+    return "";
   }
 
   absl::Status CompileObject(const json& s, const std::string& path, int nesting, SchemaNode* n) {

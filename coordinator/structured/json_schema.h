@@ -7,13 +7,16 @@
 // absent beside 'properties', as OpenAI's strict mode and vLLM's default
 // backend take it, so the model writes the properties it was given), items, prefixItems,
 // minItems, maxItems, minLength, maxLength, minimum, maximum,
-// exclusiveMinimum, exclusiveMaximum (number_bounds.h), anyOf, oneOf (as anyOf: that
+// exclusiveMinimum, exclusiveMaximum (number_bounds.h), pattern (byte_dfa.h),
+// format (date, time, date-time, uuid, ipv4, email, hostname, uri: each a
+// pattern of the strings it allows, a subset of the RFCs' for the last
+// three), anyOf, oneOf (as anyOf: that
 // exactly one alternative matches is not checked), allOf of one schema, and
 // $ref to "#", "#/$defs/…" or "#/definitions/…" (recursion included).
 // Properties come in any order, each at most once. Keywords that only
 // annotate (title, description, default, examples, …) are ignored. A
 // keyword that would constrain the value in a way not enforced here
-// (pattern, format, multipleOf, …) is an InvalidArgument naming it, so no
+// (multipleOf, uniqueItems, another format, …) is an InvalidArgument naming it, so no
 // answer claims a constraint it was not held to.
 #ifndef TANDEM_COORDINATOR_STRUCTURED_JSON_SCHEMA_H_
 #define TANDEM_COORDINATOR_STRUCTURED_JSON_SCHEMA_H_
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/structured/byte_dfa.h"
 #include "coordinator/structured/number_bounds.h"
 #include "nlohmann/json_fwd.hpp"
 
@@ -58,6 +62,8 @@ struct SchemaNode {
   int32_t items = -1;
   // kArray: item counts; kString: character counts. max -1: no bound.
   int64_t min = 0, max = -1;
+  // kString: pattern or format, as an automaton over the decoded bytes.
+  std::shared_ptr<const ByteDfa> pattern;
   // kNumber, kInteger: minimum, maximum and their exclusive forms.
   std::optional<NumberBounds> bounds;
   // kEnum: compact serializations, sorted.

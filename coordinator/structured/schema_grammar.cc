@@ -159,6 +159,8 @@ bool SchemaGrammar::StartConcrete(Path& p, int32_t id, uint8_t b, Paths* more) c
     case Kind::kString:
       if (b != '"') return false;
       f.phase = kString;
+      // lo: the pattern's automaton state (0 when there is none).
+      if (n.pattern != nullptr) f.lo = static_cast<uint32_t>(n.pattern->start());
       p.frames.push_back(f);
       break;
     case Kind::kNumber:
@@ -207,14 +209,19 @@ bool SchemaGrammar::Step(Path& p, uint8_t b, Paths* more) const {
       if (p.any.Closed()) Pop(&p);
       return true;
 
-    case kString:
-      switch (p.string.Feed(b)) {
+    case kString: {
+      const bool escape = p.string.InEscape();
+      const StringLexer::Step step = p.string.Feed(b);
+      switch (step) {
         case StringLexer::Step::kBad:
           return false;
         case StringLexer::Step::kClose:
           if (f.count < n.min) return false;
+          if (n.pattern != nullptr && !n.pattern->Accepting(static_cast<int32_t>(f.lo))) {
+            return false;
+          }
           Pop(&p);
-          break;
+          return true;
         case StringLexer::Step::kStart:
           if (n.max >= 0 && f.count >= n.max) return false;
           // Counted only as far as a bound reads it.
@@ -223,7 +230,39 @@ bool SchemaGrammar::Step(Path& p, uint8_t b, Paths* more) const {
         case StringLexer::Step::kMore:
           break;
       }
+      if (n.pattern == nullptr) return true;
+      // The pattern reads the string's decoded bytes: an escape's character,
+      // not the escape (a \u escape is refused: write the character).
+      uint8_t decoded = b;
+      if (step == StringLexer::Step::kStart && b == '\\') return true;
+      if (escape) {
+        switch (b) {
+          case 'b':
+            decoded = '\b';
+            break;
+          case 'f':
+            decoded = '\f';
+            break;
+          case 'n':
+            decoded = '\n';
+            break;
+          case 'r':
+            decoded = '\r';
+            break;
+          case 't':
+            decoded = '\t';
+            break;
+          case 'u':
+            return false;
+          default:  // " \ /
+            break;
+        }
+      }
+      const int32_t next = n.pattern->Next(static_cast<int32_t>(f.lo), decoded);
+      if (next < 0) return false;
+      f.lo = static_cast<uint32_t>(next);
       return true;
+    }
 
     case kNumber:
       switch (p.number.Feed(b)) {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -91,6 +92,10 @@ bool Valid(const json& root, const json& schema, const json& v, int depth = 0) {
     if (s.contains("maximum") && x > s["maximum"].get<double>()) return false;
     if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) return false;
     if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>()) return false;
+  }
+  if (v.is_string() && s.contains("pattern") &&
+      !std::regex_search(v.get<std::string>(), std::regex(s["pattern"].get<std::string>()))) {
+    return false;
   }
   if (v.is_string()) {
     const int64_t n = Chars(v.get<std::string>());
@@ -284,6 +289,48 @@ TEST(SchemaGrammarTest, NumbersStayWithinTheirBounds) {
   for (const char* bad : {"-0.5", "-2.6", "-3", "1", "-"}) EXPECT_FALSE(Accepts(*neg, bad)) << bad;
 }
 
+// pattern and format read the string's characters, escapes decoded; a
+// \u escape is refused in such a string (the character is written
+// instead).
+TEST(SchemaGrammarTest, StringsFollowTheirPatternAndFormat) {
+  const auto quote = Compile(json::parse(R"({"type": "string", "pattern": "^a\"b$"})"));
+  EXPECT_TRUE(Accepts(*quote, R"("a\"b")"));
+  EXPECT_FALSE(Accepts(*quote, R"("a\u0022b")"));
+  EXPECT_FALSE(Accepts(*quote, R"("ab")"));
+  const auto nl = Compile(json::parse(R"({"pattern": "^x\\ny$"})"));
+  EXPECT_TRUE(Accepts(*nl, R"("x\ny")"));
+  struct Case {
+    const char* format;
+    std::vector<std::string> yes, no;
+  };
+  for (const Case& c : {
+           Case{"date",
+                {"2024-02-29", "2000-02-29", "2023-12-31"},
+                {"2023-02-29", "1900-02-29", "2023-04-31", "2023-13-01", "23-01-01"}},
+           Case{"time", {"23:59:60Z", "00:00:00.5+01:30"}, {"24:00:00Z", "12:00:00", "1:00:00Z"}},
+           Case{"date-time",
+                {"2024-01-31T12:30:00Z", "2024-01-31t12:30:00.123-05:00"},
+                {"2024-01-31 12:30:00Z", "2024-01-31T12:30Z"}},
+           Case{"uuid",
+                {"123e4567-e89b-12d3-a456-426614174000"},
+                {"123e4567e89b12d3a456426614174000"}},
+           Case{"ipv4", {"192.168.0.1", "0.0.0.0"}, {"256.1.1.1", "1.2.3", "01.2.3.4"}},
+           Case{"email", {"a.b+c@example.co.uk"}, {"a@b", "@x.com", "a b@x.com"}},
+           Case{"hostname", {"example.com", "a-b.c"}, {"-a.com", "a..b"}},
+           Case{"uri",
+                {"https://example.com/a?b=c#d", "mailto:x@y.z"},
+                {"example.com", "http://a b"}},
+       }) {
+    const auto s = Compile({{"type", "string"}, {"format", c.format}});
+    for (const std::string& v : c.yes) {
+      EXPECT_TRUE(Accepts(*s, json(v).dump())) << c.format << " " << v;
+    }
+    for (const std::string& v : c.no) {
+      EXPECT_FALSE(Accepts(*s, json(v).dump())) << c.format << " " << v;
+    }
+  }
+}
+
 TEST(SchemaGrammarTest, WhitespaceRunsAreBounded) {
   const auto s = Compile(kPerson);
   const std::string run(JsonGrammar::kMaxWhitespaceRun, ' ');
@@ -300,8 +347,13 @@ class RandomSchemas {
 
   json Schema(int depth) {
     switch (rng_() % (depth > 0 ? 9 : 5)) {
-      case 0:
-        return {{"type", "string"}, {"maxLength", 1 + rng_() % 3}, {"minLength", rng_() % 2}};
+      case 0: {
+        json str = {{"type", "string"}, {"maxLength", 1 + rng_() % 3}, {"minLength", rng_() % 2}};
+        // Patterns whose reading of the strings' UTF-8 bytes std::regex shares.
+        static const char* kPatterns[] = {"^x", "y$", "^[x\"]*$", "\"", "^(x|yz)"};
+        if (rng_() % 3 == 0) str["pattern"] = kPatterns[rng_() % 5];
+        return str;
+      }
       case 1: {
         // Bounds on a grid of 1/8, as the values are: exact in a double.
         json n = {{"type", rng_() % 2 ? "integer" : "number"}};
@@ -356,8 +408,9 @@ class RandomSchemas {
     if (s.contains("enum")) return s["enum"][rng_() % s["enum"].size()];
     const std::string t = s.value("type", json("")).is_string() ? s.value("type", "") : "boolean";
     if (t == "string") {
-      static const char* kStrings[] = {"", "x", "x\xc3\xa9", "x\xc3\xa9\"", "x\xc3\xa9\"y"};
-      return kStrings[rng_() % 5];
+      static const char* kStrings[] = {"",  "x",   "x\xc3\xa9", "x\xc3\xa9\"", "x\xc3\xa9\"y",
+                                       "y", "x\"", "yz",        "\"\"x"};
+      return kStrings[rng_() % 9];
     }
     if (t == "integer") return static_cast<int>(rng_() % 200) - 100;
     if (t == "number") return static_cast<double>(static_cast<int>(rng_() % 200) - 100) / 8;
