@@ -64,6 +64,16 @@ c=json.loads(sys.argv[1])['choices'][0]
 o=json.loads(c['message']['content'])
 print(c['finish_reason']=='stop' and isinstance(o['city'],str) and len(o['city'])<=30 and isinstance(o['is_capital'],bool) and set(o)<={'city','population_millions','is_capital'})" "$SCHEMA_ANSWER" 2>/dev/null)
 check "response_format json_schema gives an object of the schema" test "$SCHEMA_OK" = True
+DATE_ANSWER=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"smollm2","messages":[{"role":"user","content":"When was the Eiffel Tower finished?"}],"max_tokens":80,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"event","schema":{"type":"object","properties":{"date":{"type":"string","format":"date"},"height_m":{"type":"integer","minimum":100,"maximum":400},"code":{"type":"string","pattern":"^[A-Z]{3}-\\d{2}$"}},"required":["date","height_m","code"]}}}}')
+echo "date, bounds and pattern: $DATE_ANSWER"
+DATE_OK=$(python3 -c "
+import sys,json,datetime,re
+c=json.loads(sys.argv[1])['choices'][0]
+o=json.loads(c['message']['content'])
+datetime.date.fromisoformat(o['date'])
+print(c['finish_reason']=='stop' and 100<=o['height_m']<=400 and re.fullmatch(r'[A-Z]{3}-\d{2}',o['code']) is not None)" "$DATE_ANSWER" 2>/dev/null)
+check "format, minimum/maximum and pattern hold" test "$DATE_OK" = True
 COMPLETION_JSON=$(curl -s "$URL/v1/completions" -H 'Content-Type: application/json' \
   -d '{"model":"smollm2","prompt":"The list of the three primary colors as JSON:","max_tokens":60,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"colors","schema":{"type":"array","items":{"enum":["red","green","blue","yellow"]},"minItems":3,"maxItems":3}}}}')
 COMPLETION_OK=$(python3 -c "
