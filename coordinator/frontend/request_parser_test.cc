@@ -472,6 +472,28 @@ TEST(FrontendParserTest, ForcedToolChoiceHoldsTheAnswerToCalls) {
   EXPECT_FALSE(Calls(named, "[" + now + "]"));
   EXPECT_FALSE(Calls(named, "[" + weather + "," + weather + "]"));
 
+  // Many tools: every one of them can be called (the recognizer follows all
+  // the alternatives at once), and past the limit the request is refused.
+  auto ManyTools = [](int n) {
+    nlohmann::json list = nlohmann::json::array();
+    for (int i = 0; i < n; ++i) {
+      list.push_back({{"type", "function"},
+                      {"function",
+                       {{"name", "t" + std::to_string(i)}, {"parameters", {{"type", "object"}}}}}});
+    }
+    return "\"tools\":" + list.dump() + ",\"tool_choice\":\"required\"";
+  };
+  auto many = Parse(Endpoint::kChat, "{" + Msgs() + "," + ManyTools(100) + "}");
+  ASSERT_TRUE(many.ok()) << many.status();
+  for (const char* call :
+       {R"([{"name":"t99","parameters":{}}])",
+        R"([{"parameters":{"x":1},"name":"t0"},{"name":"t57","parameters":{}}])"}) {
+    structured::SchemaGrammar g(many->sampling.json_schema.get());
+    EXPECT_TRUE(g.Feed(call) && g.IsComplete()) << call;
+  }
+  auto too_many = Parse(Endpoint::kChat, "{" + Msgs() + "," + ManyTools(129) + "}");
+  EXPECT_FALSE(too_many.ok());
+
   auto Error = [&](const std::string& fields) {
     auto r = Parse(Endpoint::kChat, "{" + Msgs() + "," + fields + "}");
     return r.ok() ? std::string("ok") : std::string(ParamOf(r.status()).value_or(""));

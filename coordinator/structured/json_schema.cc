@@ -71,10 +71,40 @@ class SchemaCompiler {
     refs_["#"] = 0;
     TANDEM_ASSIGN_OR_RETURN(int32_t root, NewNode("$"));
     TANDEM_RETURN_IF_ERROR(CompileInto(root_, "$", 0, root));
+    TANDEM_RETURN_IF_ERROR(CheckUnionWidths());
     return std::shared_ptr<const CompiledSchema>(std::move(schema_));
   }
 
  private:
+  // Every union, its nested unions flattened, has at most kMaxAlternatives
+  // values: the recognizer follows them all at once.
+  absl::Status CheckUnionWidths() const {
+    const auto& nodes = schema_->nodes_;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i].kind != SchemaNode::Kind::kUnion) continue;
+      absl::flat_hash_map<int32_t, bool> seen;
+      std::vector<std::pair<int32_t, int>> todo = {{static_cast<int32_t>(i), 0}};
+      int width = 0;
+      while (!todo.empty()) {
+        const auto [n, depth] = todo.back();
+        todo.pop_back();
+        if (!seen.emplace(n, true).second || depth > 16) continue;
+        const SchemaNode& node = nodes[static_cast<size_t>(n)];
+        if (node.kind != SchemaNode::Kind::kUnion) {
+          ++width;
+          continue;
+        }
+        for (int32_t a : node.alternatives) todo.push_back({a, depth + 1});
+      }
+      if (width > CompiledSchema::kMaxAlternatives) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("an anyOf of ", width, " alternatives; at most ",
+                         CompiledSchema::kMaxAlternatives, " are supported"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<int32_t> NewNode(absl::string_view path) {
     if (schema_->nodes_.size() >= CompiledSchema::kMaxNodes) {
       return Unsupported(

@@ -76,6 +76,8 @@ class CompiledSchema {
  public:
   static constexpr int kMaxProperties = 64;
   static constexpr int kMaxNodes = 10000;
+  // Values an anyOf (or a list of types) may take, flattened.
+  static constexpr int kMaxAlternatives = 128;
 
   // Fails with InvalidArgument, naming the keyword and where it is
   // ("$.properties.age: 'minimum' is not supported").

@@ -8,8 +8,10 @@
 // (an anyOf whose alternatives start alike keeps several until a byte
 // tells them apart); each path is a stack of frames, one per value being
 // written. A value of any JSON (kAny) is left to a JsonGrammar. Values nest
-// to kMaxDepth; beyond kMaxPaths live readings the later ones are dropped
-// (schemas that need so many are not met in practice). Whitespace between
+// to kMaxDepth. No union has more than kMaxPaths alternatives (the compiler
+// refuses wider ones); only unions nested in unions that all stay alive
+// could read more ways at once, and beyond kMaxPaths the later readings
+// are dropped. Each live reading costs its own step per byte. Whitespace between
 // tokens comes in runs of at most JsonGrammar::kMaxWhitespaceRun bytes.
 #ifndef TANDEM_COORDINATOR_STRUCTURED_SCHEMA_GRAMMAR_H_
 #define TANDEM_COORDINATOR_STRUCTURED_SCHEMA_GRAMMAR_H_
@@ -30,7 +32,7 @@ namespace tandem::structured {
 class SchemaGrammar {
  public:
   static constexpr int kMaxDepth = 32;
-  static constexpr int kMaxPaths = 16;
+  static constexpr int kMaxPaths = CompiledSchema::kMaxAlternatives;
 
   // `schema` must outlive the grammar and every copy of it.
   explicit SchemaGrammar(const CompiledSchema* schema);
