@@ -45,53 +45,37 @@ SAME=$(python3 -c "import sys,json;a,b=(json.loads(x)['choices'][0]['message']['
 check "a repeated chat reuses cached KV (cached_tokens $CACHED of $(python3 -c "import sys,json;print(json.loads(sys.argv[1])['usage']['prompt_tokens'])" "$CHAT2" 2>/dev/null))" \
   test "${CACHED:-0}" -gt 0
 check "and answers as the first one did" test "$SAME" = True
+# Structured outputs. post PATH BODY: the JSON reply. holds REPLY EXPR: True
+# when the Python expression EXPR holds of the reply's first choice `c`
+# (with json, datetime and re at hand).
+post() { curl -s "$URL$1" -H 'Content-Type: application/json' -d "$2"; }
+holds() {
+  python3 -c "import sys,json,datetime,re
+c=json.loads(sys.argv[1])['choices'][0]
+print(bool($2))" "$1" 2>/dev/null
+}
 # JSON mode: the answer is one JSON object and ends with it.
-JSON_ANSWER=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
-  -d '{"model":"smollm2","messages":[{"role":"user","content":"What is the capital of France? Answer in JSON with the key city."}],"max_tokens":120,"temperature":0,"response_format":{"type":"json_object"}}')
+JSON_ANSWER=$(post /v1/chat/completions '{"model":"smollm2","messages":[{"role":"user","content":"What is the capital of France? Answer in JSON with the key city."}],"max_tokens":120,"temperature":0,"response_format":{"type":"json_object"}}')
 echo "json mode: $JSON_ANSWER"
-JSON_OK=$(python3 -c "
-import sys,json
-c=json.loads(sys.argv[1])['choices'][0]
-print(c['finish_reason']=='stop' and isinstance(json.loads(c['message']['content']),dict))" "$JSON_ANSWER" 2>/dev/null)
-check "response_format json_object gives a JSON object" test "$JSON_OK" = True
+check "response_format json_object gives a JSON object" test "$(holds "$JSON_ANSWER" \
+  "c['finish_reason']=='stop' and isinstance(json.loads(c['message']['content']),dict)")" = True
 # A JSON Schema: the answer is an object with exactly the schema's keys.
-SCHEMA_ANSWER=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
-  -d '{"model":"smollm2","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":120,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"answer","strict":true,"schema":{"type":"object","properties":{"city":{"type":"string","maxLength":30},"population_millions":{"type":"number"},"is_capital":{"type":"boolean"}},"required":["city","is_capital"]}}}}')
+SCHEMA_ANSWER=$(post /v1/chat/completions '{"model":"smollm2","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":120,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"answer","strict":true,"schema":{"type":"object","properties":{"city":{"type":"string","maxLength":30},"population_millions":{"type":"number"},"is_capital":{"type":"boolean"}},"required":["city","is_capital"]}}}}')
 echo "json schema: $SCHEMA_ANSWER"
-SCHEMA_OK=$(python3 -c "
-import sys,json
-c=json.loads(sys.argv[1])['choices'][0]
-o=json.loads(c['message']['content'])
-print(c['finish_reason']=='stop' and isinstance(o['city'],str) and len(o['city'])<=30 and isinstance(o['is_capital'],bool) and set(o)<={'city','population_millions','is_capital'})" "$SCHEMA_ANSWER" 2>/dev/null)
-check "response_format json_schema gives an object of the schema" test "$SCHEMA_OK" = True
-DATE_ANSWER=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
-  -d '{"model":"smollm2","messages":[{"role":"user","content":"When was the Eiffel Tower finished?"}],"max_tokens":80,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"event","schema":{"type":"object","properties":{"date":{"type":"string","format":"date"},"height_m":{"type":"integer","minimum":100,"maximum":400},"code":{"type":"string","pattern":"^[A-Z]{3}-\\d{2}$"}},"required":["date","height_m","code"]}}}}')
+check "response_format json_schema gives an object of the schema" test "$(holds "$SCHEMA_ANSWER" \
+  "c['finish_reason']=='stop' and (lambda o: isinstance(o['city'],str) and len(o['city'])<=30 and isinstance(o['is_capital'],bool) and set(o)<={'city','population_millions','is_capital'})(json.loads(c['message']['content']))")" = True
+DATE_ANSWER=$(post /v1/chat/completions '{"model":"smollm2","messages":[{"role":"user","content":"When was the Eiffel Tower finished?"}],"max_tokens":80,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"event","schema":{"type":"object","properties":{"date":{"type":"string","format":"date"},"height_m":{"type":"integer","minimum":100,"maximum":400},"code":{"type":"string","pattern":"^[A-Z]{3}-\\d{2}$"}},"required":["date","height_m","code"]}}}}')
 echo "date, bounds and pattern: $DATE_ANSWER"
-DATE_OK=$(python3 -c "
-import sys,json,datetime,re
-c=json.loads(sys.argv[1])['choices'][0]
-o=json.loads(c['message']['content'])
-datetime.date.fromisoformat(o['date'])
-print(c['finish_reason']=='stop' and 100<=o['height_m']<=400 and re.fullmatch(r'[A-Z]{3}-\d{2}',o['code']) is not None)" "$DATE_ANSWER" 2>/dev/null)
-check "format, minimum/maximum and pattern hold" test "$DATE_OK" = True
-COMPLETION_JSON=$(curl -s "$URL/v1/completions" -H 'Content-Type: application/json' \
-  -d '{"model":"smollm2","prompt":"The list of the three primary colors as JSON:","max_tokens":60,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"colors","schema":{"type":"array","items":{"enum":["red","green","blue","yellow"]},"minItems":3,"maxItems":3}}}}')
-COMPLETION_OK=$(python3 -c "
-import sys,json
-c=json.loads(sys.argv[1])['choices'][0]
-a=json.loads(c['text'])
-print(c['finish_reason']=='stop' and len(a)==3 and set(a)<={'red','green','blue','yellow'})" "$COMPLETION_JSON" 2>/dev/null)
-check "and on /v1/completions ($COMPLETION_JSON)" test "$COMPLETION_OK" = True
+check "format, minimum/maximum and pattern hold" test "$(holds "$DATE_ANSWER" \
+  "c['finish_reason']=='stop' and (lambda o: datetime.date.fromisoformat(o['date']) is not None and 100<=o['height_m']<=400 and re.fullmatch(r'[A-Z]{3}-\d{2}',o['code']) is not None)(json.loads(c['message']['content']))")" = True
+COMPLETION_JSON=$(post /v1/completions '{"model":"smollm2","prompt":"The list of the three primary colors as JSON:","max_tokens":60,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"colors","schema":{"type":"array","items":{"enum":["red","green","blue","yellow"]},"minItems":3,"maxItems":3}}}}')
+check "and on /v1/completions ($COMPLETION_JSON)" test "$(holds "$COMPLETION_JSON" \
+  "c['finish_reason']=='stop' and (lambda a: len(a)==3 and set(a)<={'red','green','blue','yellow'})(json.loads(c['text']))")" = True
 # tool_choice "required": the answer is calls of the tools offered.
-TOOL_ANSWER=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
-  -d '{"model":"smollm2","messages":[{"role":"user","content":"What is the weather in Paris?"}],"max_tokens":80,"temperature":0,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":30}},"required":["city"]}}}],"tool_choice":"required"}')
+TOOL_ANSWER=$(post /v1/chat/completions '{"model":"smollm2","messages":[{"role":"user","content":"What is the weather in Paris?"}],"max_tokens":80,"temperature":0,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":30}},"required":["city"]}}}],"tool_choice":"required"}')
 echo "tool_choice required: $TOOL_ANSWER"
-TOOL_OK=$(python3 -c "
-import sys,json
-c=json.loads(sys.argv[1])['choices'][0]
-t=c['message']['tool_calls']
-print(c['finish_reason']=='tool_calls' and c['message']['content'] is None and len(t)>=1 and t[0]['function']['name']=='get_weather' and isinstance(json.loads(t[0]['function']['arguments'])['city'],str))" "$TOOL_ANSWER" 2>/dev/null)
-check "tool_choice required answers with calls of the tools" test "$TOOL_OK" = True
+check "tool_choice required answers with calls of the tools" test "$(holds "$TOOL_ANSWER" \
+  "c['finish_reason']=='tool_calls' and c['message']['content'] is None and (lambda t: len(t)>=1 and t[0]['function']['name']=='get_weather' and isinstance(json.loads(t[0]['function']['arguments'])['city'],str))(c['message']['tool_calls'])")" = True
 BAD_SCHEMA=$(curl -s -w '\n%{http_code}' "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"model":"smollm2","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"number","multipleOf":3}}}}')
 echo "bad schema: $BAD_SCHEMA"
