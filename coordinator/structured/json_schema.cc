@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
+#include "coordinator/structured/schema_intern.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::structured {
@@ -484,7 +485,16 @@ class SchemaCompiler {
 CompiledSchema::CompiledSchema() : id_(next_schema_id.fetch_add(1)) {}
 
 absl::StatusOr<std::shared_ptr<const CompiledSchema>> CompiledSchema::Compile(const json& schema) {
-  return SchemaCompiler(schema).Run();
+  // The compact serialization names the schema (objects' keys come out
+  // sorted). The text was parsed, so it is valid UTF-8 and `replace` never
+  // acts; it only keeps dump() from throwing.
+  const std::string key =
+      absl::StrCat("json:", schema.dump(-1, ' ', false, json::error_handler_t::replace));
+  SchemaInterner& interned = SchemaInterner::Global();
+  if (auto s = interned.Find(key)) return s;
+  absl::StatusOr<std::shared_ptr<const CompiledSchema>> s = SchemaCompiler(schema).Run();
+  if (!s.ok()) return s;
+  return interned.Insert(key, *std::move(s));
 }
 
 absl::StatusOr<std::shared_ptr<const CompiledSchema>> CompiledSchema::Parse(std::string_view text) {
@@ -496,6 +506,10 @@ absl::StatusOr<std::shared_ptr<const CompiledSchema>> CompiledSchema::Parse(std:
 absl::StatusOr<std::shared_ptr<const CompiledSchema>> CompiledSchema::Choice(
     const std::vector<std::string>& choices) {
   if (choices.empty()) return absl::InvalidArgumentError("there are no choices");
+  std::string key = "choice:";
+  for (const std::string& c : choices) absl::StrAppend(&key, c.size(), ":", c);
+  SchemaInterner& interned = SchemaInterner::Global();
+  if (auto s = interned.Find(key)) return s;
   auto s = std::shared_ptr<CompiledSchema>(new CompiledSchema());
   s->raw_ = true;
   SchemaNode& n = s->nodes_.emplace_back();
@@ -506,7 +520,7 @@ absl::StatusOr<std::shared_ptr<const CompiledSchema>> CompiledSchema::Choice(
   }
   std::sort(n.values.begin(), n.values.end());
   n.values.erase(std::unique(n.values.begin(), n.values.end()), n.values.end());
-  return std::shared_ptr<const CompiledSchema>(std::move(s));
+  return interned.Insert(key, std::move(s));
 }
 
 std::shared_ptr<const CompiledSchema> CompiledSchema::AnyObject() {

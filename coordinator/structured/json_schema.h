@@ -80,7 +80,9 @@ class CompiledSchema {
   static constexpr int kMaxAlternatives = 128;
 
   // Fails with InvalidArgument, naming the keyword and where it is
-  // ("$.properties.age: 'minimum' is not supported").
+  // ("$.properties.age: 'minimum' is not supported"). A schema compiled
+  // lately is given again, the same object, for the same text (and a
+  // Choice for the same list): see schema_intern.h.
   static absl::StatusOr<std::shared_ptr<const CompiledSchema>> Compile(
       const nlohmann::json& schema);
   // The same from text.
@@ -97,8 +99,8 @@ class CompiledSchema {
   int32_t root() const { return 0; }
   // The text is the root value's bytes alone (Choice): no whitespace before it.
   bool raw() const { return raw_; }
-  // Unique among the schemas of a process (never reused), so token masks
-  // cached by state can name their schema.
+  // Unique among the compiled schemas of a process (never reused), so
+  // token masks cached by state can name their schema.
   uint64_t id() const { return id_; }
 
  private:

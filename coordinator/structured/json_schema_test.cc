@@ -98,13 +98,33 @@ TEST(JsonSchemaTest, RefusesWhatIsNotEnforcedAndSaysWhere) {
   EXPECT_THAT(std::string(CompileError(many.dump()).message()), HasSubstr("more than 64"));
 }
 
-TEST(JsonSchemaTest, EveryCompiledSchemaHasItsOwnId) {
-  auto a = CompiledSchema::Parse("{}");
-  auto b = CompiledSchema::Parse("{}");
-  ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_NE((*a)->id(), (*b)->id());
+// The same text (up to whitespace and key order) gives the same compiled
+// schema, so requests that send it share token masks; another text, or a
+// schema compiled anew, has an id of its own.
+TEST(JsonSchemaTest, TheSameSchemaTextGivesTheSameCompiledSchema) {
+  auto a = CompiledSchema::Parse(R"({"type": "object", "properties": {"x": {"type": "string"}}})");
+  auto b = CompiledSchema::Parse(R"({"properties":{"x":{"type":"string"}},"type":"object"})");
+  auto c = CompiledSchema::Parse(R"({"type": "object", "properties": {"y": {"type": "string"}}})");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->get(), b->get());
+  EXPECT_NE((*a)->id(), (*c)->id());
   EXPECT_NE((*a)->id(), CompiledSchema::AnyObject()->id());
   EXPECT_EQ(CompiledSchema::AnyObject()->id(), CompiledSchema::AnyObject()->id());
+  auto yes = CompiledSchema::Choice({"yes", "no"});
+  auto yes_again = CompiledSchema::Choice({"yes", "no"});
+  auto other = CompiledSchema::Choice({"yes", "maybe"});
+  // A choice of one string of two is not the two choices.
+  auto joined = CompiledSchema::Choice({"yes2:no"});
+  ASSERT_TRUE(yes.ok() && yes_again.ok() && other.ok() && joined.ok());
+  EXPECT_EQ(yes->get(), yes_again->get());
+  EXPECT_NE((*yes)->id(), (*other)->id());
+  EXPECT_NE((*yes)->id(), (*joined)->id());
+  EXPECT_NE((*yes)->id(), (*a)->id());
+  // A schema that fails fails again (failures are not kept), and the
+  // choices are checked whatever is interned.
+  EXPECT_FALSE(CompiledSchema::Parse(R"({"multipleOf": 3})").ok());
+  EXPECT_FALSE(CompiledSchema::Parse(R"({"multipleOf": 3})").ok());
+  EXPECT_FALSE(CompiledSchema::Choice({"yes", ""}).ok());
 }
 
 }  // namespace

@@ -13,6 +13,8 @@ namespace tandem::structured {
 TokenMasker::TokenMasker(int64_t vocab_size, std::vector<std::string> token_bytes,
                          std::vector<bool> special, std::vector<int32_t> end_ids)
     : vocab_size_(vocab_size), bytes_(std::move(token_bytes)), end_ids_(std::move(end_ids)) {
+  max_cached_ = std::clamp<size_t>(kMaskCacheBytes / static_cast<size_t>((vocab_size_ + 7) / 8 + 1),
+                                   kMinCachedMasks, kMaxCachedMasks);
   if (static_cast<int64_t>(bytes_.size()) > vocab_size_)
     bytes_.resize(static_cast<size_t>(vocab_size_));
   for (size_t i = 0; i < bytes_.size() && i < special.size(); ++i) {
@@ -93,23 +95,29 @@ absl::StatusOr<std::unique_ptr<TokenMasker>> TokenMasker::FromTokenizer(
 std::string TokenMasker::AllowedMask(const SchemaGrammar& state) const {
   {
     absl::MutexLock lock(&mu_);
-    for (Cached& c : cache_) {
-      if (c.state == state) {
-        c.used = ++tick_;
-        ++hits_;
-        return c.mask;
-      }
+    auto it = cache_.find(state);
+    if (it != cache_.end()) {
+      it->second.used = ++tick_;
+      ++hits_;
+      return it->second.mask;
     }
   }
+  // Computed without the lock, so other requests' hits do not wait for it.
   std::string mask = ComputeMask(state);
   absl::MutexLock lock(&mu_);
-  if (static_cast<int>(cache_.size()) < kCachedMasks) {
-    cache_.push_back({state, mask, ++tick_});
-  } else {
-    auto oldest =
-        std::min_element(cache_.begin(), cache_.end(),
-                         [](const Cached& a, const Cached& b) { return a.used < b.used; });
-    *oldest = {state, mask, ++tick_};
+  ++misses_;
+  auto [it, inserted] = cache_.try_emplace(state);
+  it->second.used = ++tick_;
+  if (!inserted) return mask;  // another thread computed it meanwhile
+  it->second.mask = mask;
+  if (cache_.size() > max_cached_) {
+    // The least recently used goes: a scan, but only on a miss, which has
+    // just cost a walk over the whole vocabulary.
+    auto oldest = cache_.end();
+    for (auto c = cache_.begin(); c != cache_.end(); ++c) {
+      if (oldest == cache_.end() || c->second.used < oldest->second.used) oldest = c;
+    }
+    cache_.erase(oldest);
   }
   return mask;
 }
@@ -117,6 +125,11 @@ std::string TokenMasker::AllowedMask(const SchemaGrammar& state) const {
 int64_t TokenMasker::cache_hits() const {
   absl::MutexLock lock(&mu_);
   return hits_;
+}
+
+int64_t TokenMasker::cache_misses() const {
+  absl::MutexLock lock(&mu_);
+  return misses_;
 }
 
 std::string TokenMasker::ComputeMask(const SchemaGrammar& state) const {

@@ -11,12 +11,14 @@
 #ifndef TANDEM_COORDINATOR_STRUCTURED_TOKEN_MASK_H_
 #define TANDEM_COORDINATOR_STRUCTURED_TOKEN_MASK_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/structured/schema_grammar.h"
@@ -43,23 +45,30 @@ class TokenMasker {
 
   int64_t vocab_size() const { return vocab_size_; }
   // ceil(vocab_size / 8) bytes, bit i of byte i / 8 set for an allowed token.
-  // The masks of the last kCachedMasks states asked for are kept: an
-  // answer spends most of its tokens in a few states (inside a string at
-  // some depth, between values), whose masks then cost a copy. Thread-safe.
+  // The masks of the states asked for last are kept, kMaskCacheBytes of
+  // them (within kMinCachedMasks and kMaxCachedMasks masks): an answer
+  // spends most of its tokens in a few states (inside a string at some
+  // depth, between values), whose masks then cost a copy, and requests
+  // with the same schema (interned, schema_intern.h) share them.
+  // Thread-safe; a mask is computed outside the cache's lock.
   std::string AllowedMask(const SchemaGrammar& state) const;
   // The same, computed afresh (no cache): the vocabulary is walked in
   // byte order, so a prefix shared by many tokens is fed once, and the
   // tokens under a prefix that fails are skipped together.
   std::string ComputeMask(const SchemaGrammar& state) const;
-  static constexpr int kCachedMasks = 32;
+  static constexpr size_t kMaskCacheBytes = size_t{8} << 20;
+  static constexpr size_t kMinCachedMasks = 32;
+  static constexpr size_t kMaxCachedMasks = 1024;
+  size_t max_cached_masks() const { return max_cached_; }
+  // AllowedMask's answers from the cache, and those computed.
   int64_t cache_hits() const;
+  int64_t cache_misses() const;
   // The bytes of a sampled token (empty for a special or unknown id).
   const std::string& Bytes(int32_t id) const;
   bool IsEnd(int32_t id) const;
 
  private:
   struct Cached {
-    SchemaGrammar state;
     std::string mask;
     int64_t used = 0;  // tick of its last use
   };
@@ -84,9 +93,13 @@ class TokenMasker {
   std::vector<uint32_t> save_depths_;
   size_t longest_ = 0;  // bytes of the longest token
   mutable absl::Mutex mu_;
-  mutable std::vector<Cached> cache_ ABSL_GUARDED_BY(mu_);
+  size_t max_cached_ = kMinCachedMasks;
+  // By state; a kept state's schema may be gone (it is never read: states
+  // compare by schema id, and ids are not reused).
+  mutable absl::flat_hash_map<SchemaGrammar, Cached> cache_ ABSL_GUARDED_BY(mu_);
   mutable int64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
   mutable int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tandem::structured

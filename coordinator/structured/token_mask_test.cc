@@ -10,6 +10,7 @@
 
 #include "common/tokenizer/testing/test_util.h"
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/structured/json_schema.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -195,6 +196,46 @@ TEST_P(TokenMaskTest, CachedMasksAreTheComputedOnes) {
   }
   EXPECT_GT((*masker)->cache_hits(), 0);
   EXPECT_GT(equal_pairs, 0);
+}
+
+// A second request with the same schema text (sent again, as clients
+// resend their response_format and tools) gets the same compiled schema
+// and so the first request's masks: its answer computes none.
+TEST_P(TokenMaskTest, ARequestWithTheSameSchemaReusesTheMasks) {
+  const Tokenizer& t = tokenizer();
+  auto masker = TokenMasker::FromTokenizer(t, t.vocab_size());
+  ASSERT_TRUE(masker.ok()) << masker.status();
+  EXPECT_GE((*masker)->max_cached_masks(), TokenMasker::kMinCachedMasks);
+  EXPECT_LE((*masker)->max_cached_masks(), TokenMasker::kMaxCachedMasks);
+  const std::string schema =
+      R"({"type": "object", "properties": {"answer": {"type": "string"},
+          "score": {"type": "integer", "minimum": 0}}, "required": ["answer", "score"]})";
+  const std::string answer = R"({"answer": "forty two", "score": 42})";
+  const std::vector<int32_t> ids = t.Encode(answer, /*add_bos=*/false, /*parse_special=*/false);
+  auto walk = [&](const std::shared_ptr<const CompiledSchema>& compiled) {
+    SchemaGrammar g(compiled.get());
+    for (int32_t id : ids) {
+      const std::string mask = (*masker)->AllowedMask(g);
+      ASSERT_TRUE(Allowed(mask, id)) << id;
+      ASSERT_TRUE(g.Feed((*masker)->Bytes(id)));
+    }
+    ASSERT_TRUE(g.IsComplete());
+  };
+  auto first = CompiledSchema::Parse(schema);
+  ASSERT_TRUE(first.ok()) << first.status();
+  walk(*first);
+  const int64_t computed = (*masker)->cache_misses();
+  EXPECT_GT(computed, 0);
+  // The request is over; the next one compiles the schema again.
+  const uint64_t first_id = (*first)->id();
+  first->reset();
+  auto second = CompiledSchema::Parse(schema);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ((*second)->id(), first_id);
+  const int64_t hits = (*masker)->cache_hits();
+  walk(*second);
+  EXPECT_EQ((*masker)->cache_misses(), computed);
+  EXPECT_EQ((*masker)->cache_hits() - hits, static_cast<int64_t>(ids.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, TokenMaskTest, ::testing::Values("qwen3", "llama2"));
