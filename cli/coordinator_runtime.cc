@@ -624,6 +624,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorRuntime>> CoordinatorRuntime::Start(
     m->SetKvBlocks("gpu", dm.gpu_kv_blocks_used, dm.gpu_kv_blocks_total);
     m->SetKvBlocks("cpu", dm.cpu_kv_blocks_used, dm.cpu_kv_blocks_total);
     m->SetPrefixCacheTotals(dm.prefix_cache_queries, dm.prefix_cache_hits);
+    m->SetStructuredMaskTotals(dm.structured_masks_cached, dm.structured_masks_computed);
     for (const auto& [event, count] : dm.expert_cache) m->SetExpertCacheEvent(event, count);
   });
 

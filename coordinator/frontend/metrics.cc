@@ -147,6 +147,15 @@ Metrics::Metrics(std::string model_name)
                       .Help("Prefix cache hits, in terms of number of cached tokens.")
                       .Register(r)
                       .Add(model);
+  auto& masks = prometheus::BuildCounter()
+                    .Name("tandem_structured_masks_total")
+                    .Help(
+                        "Token masks of structured outputs (JSON mode, JSON Schema, choices, "
+                        "forced tool calls), by source: cache (a state seen before, by this "
+                        "or an earlier request with the same schema) or computed.")
+                    .Register(r);
+  masks_cached_ = &masks.Add({{"model_name", model_}, {"source", "cache"}});
+  masks_computed_ = &masks.Add({{"model_name", model_}, {"source", "computed"}});
   worker_step_ = &prometheus::BuildHistogram()
                       .Name("tandem_worker_step_seconds")
                       .Help("Time of one step on each worker in seconds.")
@@ -226,6 +235,15 @@ void Metrics::SetPrefixCacheTotals(int64_t queries, int64_t hits) {
   const double dh = static_cast<double>(hits) - prefix_hits_->Value();
   if (dq > 0) prefix_queries_->Increment(dq);
   if (dh > 0) prefix_hits_->Increment(dh);
+}
+
+void Metrics::SetStructuredMaskTotals(int64_t cached, int64_t computed) {
+  auto advance = [](prometheus::Counter* c, int64_t total) {
+    const double d = static_cast<double>(total) - c->Value();
+    if (d > 0) c->Increment(d);
+  };
+  advance(masks_cached_, cached);
+  advance(masks_computed_, computed);
 }
 
 void Metrics::SetCollectHook(std::function<void()> hook) {

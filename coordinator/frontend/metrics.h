@@ -14,7 +14,9 @@
 //     tandem_micro_batched_steps_total (steps run as more than one
 //     micro-batch: Neo's sub-batches or MoE-Lightning's micro-batches),
 //     vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total (prompt
-//     tokens looked up in the prefix cache, and found)
+//     tokens looked up in the prefix cache, and found),
+//     tandem_structured_masks_total{source} (token masks of structured
+//     outputs: from the cache, or computed)
 //   gauges vllm:num_requests_running, vllm:num_requests_waiting,
 //     vllm:kv_cache_usage_perc (0..1), tandem_kv_blocks_used{pool},
 //     tandem_kv_blocks_total{pool}, tandem_http_requests_in_flight,
@@ -74,6 +76,8 @@ class Metrics {
   void ObserveMicroBatches(int64_t micro_batches);
   // The scheduler's prefix cache totals since start (the counters follow).
   void SetPrefixCacheTotals(int64_t queries, int64_t hits);
+  // Token masks of structured outputs since start: from the cache, computed.
+  void SetStructuredMaskTotals(int64_t cached, int64_t computed);
 
   // Called at the start of every scrape (e.g. to refresh gauges lazily).
   void SetCollectHook(std::function<void()> hook);
@@ -109,6 +113,8 @@ class Metrics {
   prometheus::Counter* micro_batched_steps_;
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
+  prometheus::Counter* masks_cached_;
+  prometheus::Counter* masks_computed_;
 
   std::mutex hook_mu_;
   std::function<void()> hook_;

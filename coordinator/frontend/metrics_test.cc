@@ -61,6 +61,9 @@ TEST(FrontendMetricsTest, ExportsVllmNamesAndOurs) {
   m.ObserveWorkerStep("gpu0", 0.012);
   m.ObserveWorkerStep("cpu0", 0.030);
   m.CountHttpRequest("/v1/completions", 200);
+  // Totals, as the step driver reports them: the counters follow.
+  m.SetStructuredMaskTotals(5, 2);
+  m.SetStructuredMaskTotals(9, 3);
   int hook_calls = 0;
   m.SetCollectHook([&] { ++hook_calls; });
 
@@ -78,6 +81,8 @@ TEST(FrontendMetricsTest, ExportsVllmNamesAndOurs) {
             1);
   EXPECT_EQ(samples["vllm:num_requests_running{" + model + "}"], 4);
   EXPECT_EQ(samples["vllm:num_requests_waiting{" + model + "}"], 2);
+  EXPECT_EQ(samples["tandem_structured_masks_total{" + model + R"(,source="cache"})"], 9);
+  EXPECT_EQ(samples["tandem_structured_masks_total{" + model + R"(,source="computed"})"], 3);
   EXPECT_EQ(samples["vllm:kv_cache_usage_perc{" + model + "}"], 0.25);
   EXPECT_EQ(samples[R"(tandem_kv_blocks_used{pool="gpu"})"], 10);
   EXPECT_EQ(samples[R"(tandem_kv_blocks_used{pool="cpu"})"], 3);

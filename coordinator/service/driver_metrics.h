@@ -73,6 +73,9 @@ struct DriverMetrics {
   // Prefix caching: tokens of admitted requests looked up, and found.
   int64_t prefix_cache_queries = 0;
   int64_t prefix_cache_hits = 0;
+  // Token masks of structured outputs: given from the cache, and computed.
+  int64_t structured_masks_cached = 0;
+  int64_t structured_masks_computed = 0;
   bool ready = false;             // a gpu_worker is loaded and serving
   std::string worker_id;          // the gpu_worker in use ("" if none)
   std::string worker_address;

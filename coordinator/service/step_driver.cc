@@ -221,6 +221,10 @@ DriverMetrics StepDriver::metrics() const {
   m.num_requests_finished = scheduler_->num_finished();
   m.prefix_cache_queries = scheduler_->num_prefix_cache_queries();
   m.prefix_cache_hits = scheduler_->num_prefix_cache_hits();
+  if (masker_ != nullptr) {
+    m.structured_masks_cached = masker_->cache_hits();
+    m.structured_masks_computed = masker_->cache_misses();
+  }
   m.ready = state_ == WorkerState::kReady;
   m.worker_id = current_ ? current_->id : "";
   m.worker_address = current_ ? current_->address : "";
