@@ -154,7 +154,7 @@ TEST_F(StepDriverTextTest, JsonSchemaHoldsTheAnswerToTheSchema) {
       "required": ["city", "rank"]})");
   ASSERT_TRUE(schema.ok()) << schema.status();
   const std::vector<int32_t> prompt = {1, 15043};
-  const std::vector<int32_t> valid = Ids("{\"rank\": 2, \"city\": \"Paris\"}");
+  const std::vector<int32_t> valid = Ids("{\"city\": \"Paris\", \"rank\": 2}");
   std::vector<int32_t> script = valid;
   for (int32_t t : Ids(" Done.")) script.push_back(t);
   worker_->worker().Script(prompt, script);

@@ -16,7 +16,7 @@
 namespace tandem::structured {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 std::atomic<uint64_t> next_schema_id{1};
 
@@ -400,6 +400,9 @@ class SchemaCompiler {
         n->properties.push_back(std::move(prop));
       }
     }
+    for (size_t i = 0; i < n->properties.size(); ++i) {
+      n->properties[i].rank = static_cast<int32_t>(i);
+    }
     std::sort(n->properties.begin(), n->properties.end(),
               [](const auto& a, const auto& b) { return a.name < b.name; });
     if (const auto r = s.find("required"); r != s.end()) {
@@ -415,6 +418,18 @@ class SchemaCompiler {
                                                 "' is not among 'properties'"));
         }
         it->required = true;
+      }
+    }
+    // What may come next after the property of each rank: the following
+    // ones up to and including the first required one.
+    const size_t count = n->properties.size();
+    std::vector<uint32_t> by_rank(count);
+    for (size_t i = 0; i < count; ++i) by_rank[size_t(n->properties[i].rank)] = uint32_t(i);
+    n->next_keys.assign(count + 1, 0);
+    for (size_t r = 0; r <= count; ++r) {
+      for (size_t q = r; q < count; ++q) {
+        n->next_keys[r] |= uint64_t{1} << by_rank[q];
+        if (n->properties[by_rank[q]].required) break;
       }
     }
     if (const auto a = s.find("additionalProperties"); a != s.end()) {
@@ -484,10 +499,15 @@ class SchemaCompiler {
 
 CompiledSchema::CompiledSchema() : id_(next_schema_id.fetch_add(1)) {}
 
+absl::StatusOr<std::shared_ptr<const CompiledSchema>> CompiledSchema::Compile(
+    const nlohmann::json& schema) {
+  return Compile(json(schema));
+}
+
 absl::StatusOr<std::shared_ptr<const CompiledSchema>> CompiledSchema::Compile(const json& schema) {
-  // The compact serialization names the schema (objects' keys come out
-  // sorted). The text was parsed, so it is valid UTF-8 and `replace` never
-  // acts; it only keeps dump() from throwing.
+  // The compact serialization, in the order written, names the schema
+  // (the order of its properties is part of it). The text was parsed, so it is valid UTF-8 and
+  // `replace` never acts; it only keeps dump() from throwing.
   const std::string key =
       absl::StrCat("json:", schema.dump(-1, ' ', false, json::error_handler_t::replace));
   SchemaInterner& interned = SchemaInterner::Global();

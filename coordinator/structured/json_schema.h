@@ -13,7 +13,10 @@
 // three), anyOf, oneOf (as anyOf: that
 // exactly one alternative matches is not checked), allOf of one schema, and
 // $ref to "#", "#/$defs/…" or "#/definitions/…" (recursion included).
-// Properties come in any order, each at most once. Keywords that only
+// Properties come in the order the schema declares them (as OpenAI's
+// structured outputs and vLLM write them), each at most once, optional
+// ones possibly left out; undeclared ones (where additionalProperties
+// allows them) anywhere between. Keywords that only
 // annotate (title, description, default, examples, …) are ignored. A
 // keyword that would constrain the value in a way not enforced here
 // (multipleOf, uniqueItems, another format, …) is an InvalidArgument naming it, so no
@@ -51,11 +54,16 @@ struct SchemaNode {
   struct Property {
     std::string name;  // as written in JSON, without the quotes (escapes included)
     int32_t node = 0;
+    int32_t rank = 0;  // where the schema declares it: properties are written in that order
     bool required = false;
   };
   Kind kind = Kind::kAny;
   // kObject: sorted by name, at most kMaxProperties.
   std::vector<Property> properties;
+  // kObject: next_keys[r], bit i for properties[i]: the declared properties
+  // that may come next when the last one written has rank r - 1 (r = 0:
+  // none yet), those after it up to the first required one.
+  std::vector<uint64_t> next_keys;
   int32_t additional = -1;  // the node of other properties; -1: none allowed
   // kArray: the node of item i is prefix_items[i], then items (-1: no more).
   std::vector<int32_t> prefix_items;
@@ -83,6 +91,9 @@ class CompiledSchema {
   // ("$.properties.age: 'minimum' is not supported"). A schema compiled
   // lately is given again, the same object, for the same text (and a
   // Choice for the same list): see schema_intern.h.
+  static absl::StatusOr<std::shared_ptr<const CompiledSchema>> Compile(
+      const nlohmann::ordered_json& schema);
+  // The same; objects' keys sorted, so properties are declared by name.
   static absl::StatusOr<std::shared_ptr<const CompiledSchema>> Compile(
       const nlohmann::json& schema);
   // The same from text.

@@ -98,16 +98,20 @@ TEST(JsonSchemaTest, RefusesWhatIsNotEnforcedAndSaysWhere) {
   EXPECT_THAT(std::string(CompileError(many.dump()).message()), HasSubstr("more than 64"));
 }
 
-// The same text (up to whitespace and key order) gives the same compiled
-// schema, so requests that send it share token masks; another text, or a
-// schema compiled anew, has an id of its own.
+// The same text (up to whitespace) gives the same compiled schema, so
+// requests that send it share token masks; another text has an id of its
+// own (properties declared in another order are another schema).
 TEST(JsonSchemaTest, TheSameSchemaTextGivesTheSameCompiledSchema) {
   auto a = CompiledSchema::Parse(R"({"type": "object", "properties": {"x": {"type": "string"}}})");
-  auto b = CompiledSchema::Parse(R"({"properties":{"x":{"type":"string"}},"type":"object"})");
+  auto b = CompiledSchema::Parse(R"({"type":"object","properties":{"x":{"type":"string"}}})");
   auto c = CompiledSchema::Parse(R"({"type": "object", "properties": {"y": {"type": "string"}}})");
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_EQ(a->get(), b->get());
   EXPECT_NE((*a)->id(), (*c)->id());
+  auto xy = CompiledSchema::Parse(R"({"properties": {"x": {}, "y": {}}})");
+  auto yx = CompiledSchema::Parse(R"({"properties": {"y": {}, "x": {}}})");
+  ASSERT_TRUE(xy.ok() && yx.ok());
+  EXPECT_NE((*xy)->id(), (*yx)->id());
   EXPECT_NE((*a)->id(), CompiledSchema::AnyObject()->id());
   EXPECT_EQ(CompiledSchema::AnyObject()->id(), CompiledSchema::AnyObject()->id());
   auto yes = CompiledSchema::Choice({"yes", "no"});

@@ -20,7 +20,7 @@ Scaled Pow10(int n) {
 
 // A JSON number in grid units, rounded down (or up), and whether it lies on
 // the grid.
-Scaled ToGrid(const nlohmann::json& v, bool up, bool* exact) {
+Scaled ToGrid(const nlohmann::ordered_json& v, bool up, bool* exact) {
   const std::string text = v.dump();
   bool neg = false;
   Scaled digits = 0;
@@ -77,11 +77,11 @@ Scaled CeilTo(Scaled v, Scaled m) { return -FloorTo(-v, m); }
 
 }  // namespace
 
-std::optional<NumberBounds> BoundsOf(const nlohmann::json& s, bool integer, bool* empty) {
+std::optional<NumberBounds> BoundsOf(const nlohmann::ordered_json& s, bool integer, bool* empty) {
   *empty = false;
   NumberBounds b{-kLimit, kLimit};
   bool any = false;
-  auto number = [&](const char* key) -> const nlohmann::json* {
+  auto number = [&](const char* key) -> const nlohmann::ordered_json* {
     const auto it = s.find(key);
     return it != s.end() && it->is_number() ? &*it : nullptr;
   };
@@ -90,23 +90,23 @@ std::optional<NumberBounds> BoundsOf(const nlohmann::json& s, bool integer, bool
     return it != s.end() && it->is_boolean() && it->get<bool>();
   };
   bool exact = false;
-  if (const nlohmann::json* v = number("minimum")) {
+  if (const nlohmann::ordered_json* v = number("minimum")) {
     b.lo = std::max(b.lo, ToGrid(*v, /*up=*/true, &exact));
     if (flag("exclusiveMinimum") && exact) ++b.lo;  // draft 4
     any = true;
   }
-  if (const nlohmann::json* v = number("exclusiveMinimum")) {
+  if (const nlohmann::ordered_json* v = number("exclusiveMinimum")) {
     Scaled lo = ToGrid(*v, /*up=*/true, &exact);
     if (exact) ++lo;
     b.lo = std::max(b.lo, lo);
     any = true;
   }
-  if (const nlohmann::json* v = number("maximum")) {
+  if (const nlohmann::ordered_json* v = number("maximum")) {
     b.hi = std::min(b.hi, ToGrid(*v, /*up=*/false, &exact));
     if (flag("exclusiveMaximum") && exact) --b.hi;
     any = true;
   }
-  if (const nlohmann::json* v = number("exclusiveMaximum")) {
+  if (const nlohmann::ordered_json* v = number("exclusiveMaximum")) {
     Scaled hi = ToGrid(*v, /*up=*/false, &exact);
     if (exact) --hi;
     b.hi = std::min(b.hi, hi);

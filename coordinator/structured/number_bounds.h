@@ -29,7 +29,8 @@ struct NumberBounds {
 // From a schema's keywords (JSON numbers; draft 4's boolean exclusive*
 // too); nullopt when there are none. For integers the bounds are whole.
 // Sets *empty when no value lies within them.
-std::optional<NumberBounds> BoundsOf(const nlohmann::json& schema, bool integer, bool* empty);
+std::optional<NumberBounds> BoundsOf(const nlohmann::ordered_json& schema, bool integer,
+                                     bool* empty);
 
 // The number being written, as far as the bounds need it.
 class BoundedNumber {

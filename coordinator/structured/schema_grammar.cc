@@ -97,10 +97,8 @@ bool SchemaGrammar::MayClose(const SchemaNode& n, uint64_t seen) const {
   return true;
 }
 
-bool SchemaGrammar::MayAddKey(const SchemaNode& n, uint64_t seen) const {
-  if (n.additional >= 0) return true;
-  const uint64_t all = n.properties.size() == 64 ? ~uint64_t{0} : Bit(n.properties.size()) - 1;
-  return (seen & all) != all;
+bool SchemaGrammar::MayAddKey(const SchemaNode& n, uint32_t next_rank) const {
+  return n.additional >= 0 || n.next_keys[next_rank] != 0;
 }
 
 bool SchemaGrammar::StartValue(Path& p, int32_t id, uint8_t b, Paths* more) const {
@@ -314,10 +312,10 @@ bool SchemaGrammar::Step(Path& p, uint8_t b, Paths* more) const {
         if (!MayClose(n, f.seen)) return false;
         Pop(&p);
       } else if (b == ',' && f.phase == kObjAfter) {
-        if (!MayAddKey(n, f.seen)) return false;
+        if (!MayAddKey(n, f.count)) return false;
         f.phase = kObjKey;
       } else if (b == '"' && f.phase != kObjAfter) {
-        if (!MayAddKey(n, f.seen)) return false;
+        if (!MayAddKey(n, f.count)) return false;
         f.phase = kObjInKey;
         f.lo = 0;
         f.hi = static_cast<uint32_t>(n.properties.size());
@@ -334,8 +332,10 @@ bool SchemaGrammar::Step(Path& p, uint8_t b, Paths* more) const {
       if (step == StringLexer::Step::kClose) {
         const bool declared = f.lo < f.hi && n.properties[f.lo].name.size() == f.pos;
         if (declared) {
-          if (f.seen & Bit(f.lo)) return false;  // given already
+          // Given already, or out of the declared order.
+          if (!(n.next_keys[f.count] & Bit(f.lo))) return false;
           f.seen |= Bit(f.lo);
+          f.count = static_cast<uint32_t>(n.properties[f.lo].rank) + 1;
           f.child = n.properties[f.lo].node;
         } else if (f.extra_ok) {
           f.child = n.additional;
@@ -361,8 +361,8 @@ bool SchemaGrammar::Step(Path& p, uint8_t b, Paths* more) const {
              uint8_t(n.properties[hi].name[f.pos]) == b) {
         ++hi;
       }
-      bool fresh = false;  // a declared name not yet given is still possible
-      for (uint32_t i = lo; i < hi && !fresh; ++i) fresh = !(f.seen & Bit(i));
+      bool fresh = false;  // a declared name that may come next is still possible
+      for (uint32_t i = lo; i < hi && !fresh; ++i) fresh = (n.next_keys[f.count] & Bit(i)) != 0;
       if (!fresh && !f.extra_ok) return false;
       // With undeclared keys allowed, the names given already stay in the
       // range: written again in full, they are duplicates.

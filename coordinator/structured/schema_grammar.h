@@ -78,7 +78,9 @@ class SchemaGrammar {
     uint8_t phase = 0;
     bool extra_ok = false;  // kObjInKey: the key may still be an undeclared one
     uint32_t lo = 0, hi = 0, pos = 0;
-    uint32_t count = 0;  // items of an array, characters of a string (saturating)
+    // Items of an array, characters of a string (saturating); kObj*: the
+    // rank of the last declared property given, plus one (0: none yet).
+    uint32_t count = 0;
     int32_t child = 0;   // kObjColon, kObjValue: the node of the value to come
     uint64_t seen = 0;   // kObj*: declared properties given
     bool operator==(const Frame& o) const {
@@ -128,8 +130,9 @@ class SchemaGrammar {
   bool MayAddItem(const SchemaNode& n, uint32_t count) const;
   // An object may close with the properties in `seen`.
   bool MayClose(const SchemaNode& n, uint64_t seen) const;
-  // Another key could come (a declared one not yet given, or any other).
-  bool MayAddKey(const SchemaNode& n, uint64_t seen) const;
+  // Another key could come (a declared one that may follow the last one
+  // given, of rank next_rank - 1, or any other).
+  bool MayAddKey(const SchemaNode& n, uint32_t next_rank) const;
 
   const CompiledSchema* schema_;
   uint64_t schema_id_;

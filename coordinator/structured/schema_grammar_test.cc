@@ -4,8 +4,9 @@
 // run, the seed printed on failure): a text is accepted whole exactly when
 // it parses and the validator passes it. Where the recognizer is stricter
 // than JSON Schema by design (additionalProperties false when absent beside
-// properties; enum values written as serialized; no duplicate keys), the
-// validator says the same.
+// properties; properties in their declared order; enum values written as
+// serialized; no duplicate keys), the validator says the same. Schemas and
+// documents are ordered_json, which keeps keys in the order written.
 #include "coordinator/structured/schema_grammar.h"
 
 #include <algorithm>
@@ -22,7 +23,7 @@
 namespace tandem::structured {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 bool Accepts(const CompiledSchema& s, std::string_view text) {
   SchemaGrammar g(&s);
@@ -116,7 +117,16 @@ bool Valid(const json& root, const json& schema, const json& v, int depth = 0) {
     const json props = s.value("properties", json::object());
     // Strict when absent beside properties, as the compiler takes it.
     const json extra = s.value("additionalProperties", json(props.empty()));
+    std::vector<std::string> declared;  // in the schema's order
+    for (const auto& [k, sub] : props.items()) declared.push_back(k);
+    size_t next = 0;  // declared properties before this one are behind
     for (const auto& [k, sub] : v.items()) {
+      const auto at = std::find(declared.begin(), declared.end(), k);
+      if (at != declared.end()) {
+        const size_t rank = static_cast<size_t>(at - declared.begin());
+        if (rank < next) return false;  // out of the declared order
+        next = rank + 1;
+      }
       const json& ps = props.contains(k) ? props[k] : extra;
       if (!Valid(root, ps, sub, depth + 1)) return false;
     }
@@ -172,7 +182,7 @@ TEST(SchemaGrammarTest, FixedCases) {
   const auto s = Compile(kPerson);
   for (const char* ok : {
            R"({"name": "Ann", "age": 3})",
-           R"( {"age":-0,"name":"\u00e9t\u00e9"})",
+           R"( {"name":"\u00e9t\u00e9","age":-0})",
            R"({"name": "caf\u00e9", "age": 30, "tags": ["ab", 7]})",
            "{\"name\": \"\xc3\xa9t\xc3\xa9\", \"age\": 1, \"pet\": null}",
            R"({"name": "x", "age": 1, "pet": {"kind": "cat", "fed": true}})",
@@ -182,13 +192,15 @@ TEST(SchemaGrammarTest, FixedCases) {
     EXPECT_TRUE(ReferenceAccepts(kPerson, ok)) << ok;
   }
   for (const char* bad : {
-           R"({"name": "Ann"})",                         // age required
-           R"({"name": "", "age": 3})",                  // minLength
-           R"({"name": "123456789", "age": 3})",         // maxLength
-           R"({"name": "x", "age": 1.5})",               // integer
-           R"({"name": "x", "age": 1, "x": 1})",         // no other properties
-           R"({"name": "x", "age": 1, "name": "y"})",    // a duplicate (nlohmann keeps the last)
-           R"({"name": "x", "age": 1, "tags": ["b"]})",  // enum
+           R"({"name": "Ann"})",                       // age required
+           R"({"name": "", "age": 3})",                // minLength
+           R"({"name": "123456789", "age": 3})",       // maxLength
+           R"({"name": "x", "age": 1.5})",             // integer
+           R"({"name": "x", "age": 1, "x": 1})",       // no other properties
+           R"({"name": "x", "age": 1, "name": "y"})",  // a duplicate (nlohmann keeps the last)
+           R"({"age": 1, "name": "x"})",               // out of the declared order
+           R"({"name": "x", "tags": [], "age": 1})",
+           R"({"name": "x", "age": 1, "tags": ["b"]})",      // enum
            R"({"name": "x", "age": 1, "tags": [7, 7, 7]})",  // maxItems
            R"({"name": "x", "age": 1, "pet": {"kind": "dog"}})",
            R"({"name": "x", "age": 1, "pet": {"fed": 1}})",
@@ -198,6 +210,27 @@ TEST(SchemaGrammarTest, FixedCases) {
        }) {
     EXPECT_FALSE(Accepts(*s, bad)) << bad;
     EXPECT_TRUE(!ReferenceAccepts(kPerson, bad) || HasDuplicateKey(bad)) << bad;
+  }
+}
+
+// Declared properties are written in the schema's order (not by name):
+// optional ones may be left out, a required one may not be passed over,
+// and undeclared ones, where allowed, come anywhere.
+TEST(SchemaGrammarTest, PropertiesComeInTheDeclaredOrder) {
+  const json schema = json::parse(R"({"type": "object",
+    "properties": {"zeta": {}, "beta": {}, "alpha": {}}, "required": ["beta"],
+    "additionalProperties": true})");
+  const auto s = Compile(schema);
+  for (const char* ok : {R"({"beta": 1})", R"({"zeta": 1, "beta": 2})",
+                         R"({"beta": 1, "alpha": 2})", R"({"zeta": 1, "beta": 2, "alpha": 3})",
+                         R"({"x": 0, "zeta": 1, "y": 0, "beta": 2, "z": 0, "alpha": 3, "w": 0})"}) {
+    EXPECT_TRUE(Accepts(*s, ok)) << ok;
+    EXPECT_TRUE(ReferenceAccepts(schema, ok)) << ok;
+  }
+  for (const char* bad : {R"({"alpha": 1, "beta": 2})", R"({"beta": 1, "zeta": 2})",
+                          R"({"zeta": 1, "alpha": 2})", R"({"alpha": 1})", R"({})"}) {
+    EXPECT_FALSE(Accepts(*s, bad)) << bad;
+    EXPECT_FALSE(ReferenceAccepts(schema, bad)) << bad;
   }
 }
 
@@ -380,7 +413,9 @@ class RandomSchemas {
       case 6: {
         json props = json::object();
         json required = json::array();
-        for (const char* k : {"a", "ab", "b"}) {
+        std::vector<std::string> keys = {"a", "ab", "b"};
+        std::shuffle(keys.begin(), keys.end(), rng_);
+        for (const std::string& k : keys) {
           if (rng_() % 3 == 0) continue;
           props[k] = Schema(depth - 1);
           if (rng_() % 2) required.push_back(k);
@@ -422,13 +457,21 @@ class RandomSchemas {
       return a;
     }
     if (t == "object") {
-      json o = json::object();
+      // Mostly in the declared order, an undeclared key anywhere.
+      std::vector<std::pair<std::string, json>> members;
       for (const auto& [k, sub] : s["properties"].items()) {
-        if (rng_() % 4) o[k] = Value(sub, depth - 1);
+        if (rng_() % 4) members.emplace_back(k, Value(sub, depth - 1));
       }
-      if (rng_() % 4 == 0)
-        o["zz"] = s.contains("additionalProperties") ? Value(s["additionalProperties"], depth - 1)
-                                                     : AnyValue(0);
+      if (rng_() % 4 == 0) {
+        json extra = s.contains("additionalProperties")
+                         ? Value(s["additionalProperties"], depth - 1)
+                         : AnyValue(0);
+        const auto at = static_cast<std::ptrdiff_t>(rng_() % (members.size() + 1));
+        members.insert(members.begin() + at, {"zz", std::move(extra)});
+      }
+      if (rng_() % 8 == 0) std::shuffle(members.begin(), members.end(), rng_);
+      json o = json::object();
+      for (auto& [k, v] : members) o[k] = std::move(v);
       return o;
     }
     return AnyValue(1);

@@ -145,16 +145,20 @@ TEST_P(TokenMaskTest, SchemaMasksAreTheTokensWhoseBytesFit) {
       "required": ["city", "kind"]})");
   ASSERT_TRUE(schema.ok()) << schema.status();
   for (const char* prefix :
-       {"", "{", "{\"c", "{\"city\": \"Par", "{\"city\": \"123456789012", "{\"kind\": \"ca",
-        "{\"kind\": 3", "{\"rank\": -1", "{\"tags\": [null, ", "{\"city\": \"x\", \"kind\": 3"}) {
+       {"", "{", "{\"c", "{\"city\": \"Par", "{\"city\": \"123456789012",
+        "{\"city\": \"x\", \"kind\": \"ca", "{\"city\": \"x\", \"rank\": -1",
+        "{\"city\": \"x\", \"kind\": 3, \"tags\": [null, ", "{\"city\": \"x\", \"kind\": 3"}) {
     SchemaGrammar g(schema->get());
     ASSERT_TRUE(g.Feed(prefix)) << prefix;
     const std::string mask = (*masker)->ComputeMask(g);
     const int64_t allowed = CheckBits(t, **masker, g, mask, prefix);
     EXPECT_GT(allowed, 0) << prefix;
   }
+  // Properties come in the declared order: "kind" cannot come first, as
+  // "city" before it is required.
+  EXPECT_FALSE(SchemaGrammar(schema->get()).Feed("{\"kind\""));
   const std::string answer =
-      "{\"city\": \"Paris\", \"tags\": [\"old\", null], \"kind\": \"capital\"}";
+      "{\"city\": \"Paris\", \"kind\": \"capital\", \"tags\": [\"old\", null]}";
   const std::vector<int32_t> ids = t.Encode(answer, /*add_bos=*/false, /*parse_special=*/false);
   const int32_t eos = t.eos_ids().front();
   SchemaGrammar g(schema->get());
