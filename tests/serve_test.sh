@@ -67,7 +67,7 @@ check "response_format json_schema gives an object of the schema" test "$(holds 
 # The same schema again (clients resend it with every request): the same
 # compiled schema and its cached masks give the same greedy answer, and the
 # metrics count masks given from the cache.
-SCHEMA_AGAIN=$(post /v1/chat/completions '{"model":"smollm2","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":120,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"answer","strict":true,"schema":{"required":["city","is_capital"],"type":"object","properties":{"city":{"type":"string","maxLength":30},"population_millions":{"type":"number"},"is_capital":{"type":"boolean"}}}}}}')
+SCHEMA_AGAIN=$(post /v1/chat/completions '{"model":"smollm2","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":120,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"answer","strict":true,"schema":{"type":"object","properties":{"city":{"type":"string","maxLength":30},"population_millions":{"type":"number"},"is_capital":{"type":"boolean"}},"required":["city","is_capital"]}}}}')
 SAME_SCHEMA_ANSWER=$(python3 -c "import sys,json;a,b=(json.loads(x)['choices'][0]['message']['content'] for x in sys.argv[1:]);print(a==b)" "$SCHEMA_ANSWER" "$SCHEMA_AGAIN" 2>/dev/null)
 check "the same schema again gives the same answer" test "$SAME_SCHEMA_ANSWER" = True
 check "metrics count token masks from the cache" sh -c "curl -s '$URL/metrics' | grep -q '^tandem_structured_masks_total{.*source=\"cache\"} [1-9]'"

@@ -16,6 +16,7 @@ namespace tandem::frontend {
 namespace {
 
 using nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 bool KnownRole(const std::string& role) {
   return role == "system" || role == "developer" || role == "user" ||
@@ -168,7 +169,7 @@ absl::StatusOr<ChatTemplateOptions> ParseTemplateOptions(const FieldReader& r,
 
 // A tool's "$ref"s ("#/$defs/x") re-pointed at where its parameters sit in
 // the schema of the calls ("#/$tools/<i>/$defs/x").
-void RebaseRefs(json* j, const std::string& base) {
+void RebaseRefs(ojson* j, const std::string& base) {
   if (j->is_object()) {
     for (auto& [k, v] : j->items()) {
       if (k == "$ref" && v.is_string() && !v.get<std::string>().empty() &&
@@ -179,7 +180,7 @@ void RebaseRefs(json* j, const std::string& base) {
       }
     }
   } else if (j->is_array()) {
-    for (json& v : *j) RebaseRefs(&v, base);
+    for (ojson& v : *j) RebaseRefs(&v, base);
   }
 }
 
@@ -188,14 +189,15 @@ void RebaseRefs(json* j, const std::string& base) {
 // (one call for a named function or parallel_tool_calls false). nullopt for
 // "auto", "none" or no tool_choice. A tool whose parameters use a keyword
 // the recognizer does not enforce is a 400 naming the tool.
-absl::StatusOr<std::optional<json>> ForcedToolSchema(const FieldReader& r) {
+absl::StatusOr<std::optional<ojson>> ForcedToolSchema(const FieldReader& r,
+                                                      const OrderedBody& ordered) {
   const json* choice = r.Find("tool_choice");
   if (choice == nullptr || *choice == "auto" || *choice == "none") return std::nullopt;
   const json& tools = *r.Find("tools");  // checked by ParseTemplateOptions
   const std::string named =
       choice->is_object() ? (*choice)["function"]["name"].get<std::string>() : "";
-  json alternatives = json::array();
-  json bodies = json::array();
+  ojson alternatives = ojson::array();
+  ojson bodies = ojson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string param = absl::StrCat("tools[", i, "]");
     const json& tool = tools[i];
@@ -207,8 +209,11 @@ absl::StatusOr<std::optional<json>> ForcedToolSchema(const FieldReader& r) {
     }
     const std::string name = (*fn)["name"];
     if (!named.empty() && name != named) continue;
-    json parameters = fn->value("parameters", json({{"type", "object"}}));
-    if (parameters.is_null()) parameters = json({{"type", "object"}});
+    // As written, so that their properties come in the declared order.
+    const json* given = fn->contains("parameters") ? &(*fn)["parameters"] : nullptr;
+    ojson parameters = given == nullptr || given->is_null()
+                           ? ojson({{"type", "object"}})
+                           : ordered.At(absl::StrCat("/tools/", i, "/function/parameters"), *given);
     if (auto s = structured::CompiledSchema::Compile(parameters); !s.ok()) {
       return InvalidParam(param + ".function.parameters",
                           absl::StrCat("The parameters of tool '", name,
@@ -217,6 +222,8 @@ absl::StatusOr<std::optional<json>> ForcedToolSchema(const FieldReader& r) {
     const std::string at = absl::StrCat("#/$tools/", bodies.size());
     RebaseRefs(&parameters, at);
     bodies.push_back(std::move(parameters));
+    // The name first: the model names the tool before it writes the
+    // arguments, and a stream can announce the call as soon as it is named.
     alternatives.push_back(
         {{"type", "object"},
          {"properties", {{"name", {{"const", name}}}, {"parameters", {{"$ref", at}}}}},
@@ -226,7 +233,7 @@ absl::StatusOr<std::optional<json>> ForcedToolSchema(const FieldReader& r) {
     return InvalidParam("tool_choice", absl::StrCat("no tool named '", named, "' is in 'tools'"));
   }
   TANDEM_ASSIGN_OR_RETURN(auto parallel, r.Bool("parallel_tool_calls"));
-  json schema = {
+  ojson schema = {
       {"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", alternatives}}}, {"$tools", bodies}};
   if (!named.empty() || !parallel.value_or(true)) schema["maxItems"] = 1;
   return schema;
@@ -257,9 +264,9 @@ absl::StatusOr<RenderedChat> RenderChatPrompt(const json& body, const TextProces
   return out;
 }
 
-absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body,
-                                               const ParseOptions& options,
-                                               const TextProcessor& text) {
+absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body, const ParseOptions& options,
+                                               const TextProcessor& text,
+                                               std::string_view body_text) {
   if (!body.is_object()) {
     return WrongType("body", "a JSON object", JsonTypeName(body));
   }
@@ -272,7 +279,8 @@ absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body,
   // other fields' (the prompt is rendered below).
   TANDEM_RETURN_IF_ERROR(NormalizeMessages(r.Find("messages")).status());
   TANDEM_RETURN_IF_ERROR(ParseCommonFields(r, options, &out));
-  TANDEM_RETURN_IF_ERROR(ParseSamplingFields(r, options, &out));
+  const OrderedBody ordered(body_text);
+  TANDEM_RETURN_IF_ERROR(ParseSamplingFields(r, options, ordered, &out));
 
   TANDEM_ASSIGN_OR_RETURN(auto logprobs, r.Bool("logprobs"));
   TANDEM_ASSIGN_OR_RETURN(auto top_logprobs,
@@ -299,7 +307,7 @@ absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body,
   TANDEM_ASSIGN_OR_RETURN(RenderedChat rendered, RenderChatPrompt(body, text));
   // tool_choice "required" or a named function: the answer is the calls,
   // whatever --tool-call-parser says.
-  TANDEM_ASSIGN_OR_RETURN(std::optional<json> forced, ForcedToolSchema(r));
+  TANDEM_ASSIGN_OR_RETURN(std::optional<ojson> forced, ForcedToolSchema(r, ordered));
   if (forced.has_value()) {
     if (out.sampling.json_object || out.sampling.json_schema != nullptr) {
       return InvalidParam("tool_choice",

@@ -100,8 +100,9 @@ absl::StatusOr<std::vector<PromptInput>> ParsePrompts(
 
 }  // namespace
 
-absl::StatusOr<ParsedRequest> ParseCompletionRequest(
-    const json& body, const ParseOptions& options, const TextProcessor& text) {
+absl::StatusOr<ParsedRequest> ParseCompletionRequest(const json& body, const ParseOptions& options,
+                                                     const TextProcessor& text,
+                                                     std::string_view body_text) {
   if (!body.is_object()) {
     return WrongType("body", "a JSON object", JsonTypeName(body));
   }
@@ -110,7 +111,8 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(
   out.sampling = options.defaults;
   FieldReader r(body);
   TANDEM_RETURN_IF_ERROR(ParseCommonFields(r, options, &out));
-  TANDEM_RETURN_IF_ERROR(ParseSamplingFields(r, options, &out));
+  const OrderedBody ordered(body_text);
+  TANDEM_RETURN_IF_ERROR(ParseSamplingFields(r, options, ordered, &out));
 
   TANDEM_ASSIGN_OR_RETURN(auto echo, r.Bool("echo"));
   out.echo = echo.value_or(false);

@@ -526,8 +526,8 @@ void HttpServer::HandleGeneration(const httplib::Request& req,
   auto body = ParseRequestBody(req.body);
   if (!body.ok()) return SendError(res, body.status());
   auto parsed = endpoint == Endpoint::kChat
-                    ? ParseChatRequest(*body, options_.parse, *text_)
-                    : ParseCompletionRequest(*body, options_.parse, *text_);
+                    ? ParseChatRequest(*body, options_.parse, *text_, req.body)
+                    : ParseCompletionRequest(*body, options_.parse, *text_, req.body);
   if (!parsed.ok()) return SendError(res, parsed.status());
   const bool stream = parsed->stream;
 

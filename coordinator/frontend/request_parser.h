@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/frontend/generation_backend.h"
 #include "coordinator/frontend/json_fields.h"
+#include "coordinator/frontend/ordered_body.h"
 #include "coordinator/frontend/reasoning_splitter.h"
 #include "coordinator/frontend/tool_call_extractor.h"
 #include "nlohmann/json.hpp"
@@ -67,12 +68,17 @@ struct ParsedRequest {
   SamplingOptions sampling;
 };
 
-absl::StatusOr<ParsedRequest> ParseCompletionRequest(
-    const nlohmann::json& body, const ParseOptions& options,
-    const TextProcessor& text);
+// `body_text`: the body as received, from which JSON Schemas are read
+// with their properties in the order written (ordered_body.h); empty for
+// a body built in code (the properties are then declared by name).
+absl::StatusOr<ParsedRequest> ParseCompletionRequest(const nlohmann::json& body,
+                                                     const ParseOptions& options,
+                                                     const TextProcessor& text,
+                                                     std::string_view body_text = {});
 absl::StatusOr<ParsedRequest> ParseChatRequest(const nlohmann::json& body,
                                                const ParseOptions& options,
-                                               const TextProcessor& text);
+                                               const TextProcessor& text,
+                                               std::string_view body_text = {});
 
 // A chat body's prompt as /v1/chat/completions renders it: its messages
 // through the chat template with the body's template options and tools.
@@ -95,10 +101,11 @@ absl::Status ParseCommonFields(const FieldReader& r,
                                const ParseOptions& options, ParsedRequest* out);
 // temperature, top_p, top_k, min_p, penalties, seed, stop, stop_token_ids,
 // ignore_eos, min_tokens, logit_bias, skip_special_tokens,
-// include_stop_str_in_output, return_tokens_as_token_ids.
-absl::Status ParseSamplingFields(const FieldReader& r,
-                                 const ParseOptions& options,
-                                 ParsedRequest* out);
+// include_stop_str_in_output, return_tokens_as_token_ids, and the answer's
+// constraint (response_format, structured_outputs, guided_json,
+// guided_choice), whose schema is read in order from `ordered`.
+absl::Status ParseSamplingFields(const FieldReader& r, const ParseOptions& options,
+                                 const OrderedBody& ordered, ParsedRequest* out);
 // The served model a request names: nullopt (absent) is the first served
 // name; a name not served is ModelNotFound (kNotFound).
 absl::StatusOr<std::string> ResolveModelName(

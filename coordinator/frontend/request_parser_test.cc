@@ -27,13 +27,15 @@ ParseOptions Options() {
   return o;
 }
 
+// As the server parses a body: from its text, which it also passes on
+// (JSON Schemas are read from it in the order written).
 absl::StatusOr<ParsedRequest> Parse(Endpoint ep, const std::string& body,
                                     const ParseOptions& o = Options()) {
   static const FakeTextProcessor tp;
   auto j = ParseRequestBody(body);
   if (!j.ok()) return j.status();
-  return ep == Endpoint::kChat ? ParseChatRequest(*j, o, tp)
-                               : ParseCompletionRequest(*j, o, tp);
+  return ep == Endpoint::kChat ? ParseChatRequest(*j, o, tp, body)
+                               : ParseCompletionRequest(*j, o, tp, body);
 }
 
 struct ErrorCase {
@@ -442,6 +444,46 @@ TEST(FrontendParserTest, VllmStructuredOutputFields) {
   EXPECT_EQ(Error(R"("guided_json":{},"response_format":{"type":"text"})"), "ok");
 }
 
+// A schema's properties are written in the order the request declares
+// them, not by name (the body is parsed with its keys sorted, and the
+// schema read again from its text): in response_format, guided_json,
+// structured_outputs and the tools' parameters. A body without its text
+// (built in code) declares them by name.
+TEST(FrontendParserTest, SchemaPropertiesFollowTheOrderWritten) {
+  const std::string schema =
+      R"({"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"integer"}},)"
+      R"("required":["zeta","alpha"]})";
+  const std::string in_order = R"({"zeta":1,"alpha":2})";
+  const std::string by_name = R"({"alpha":2,"zeta":1})";
+  auto Holds = [](const absl::StatusOr<ParsedRequest>& r, const std::string& text) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok() || r->sampling.json_schema == nullptr) return false;
+    structured::SchemaGrammar g(r->sampling.json_schema.get());
+    return g.Feed(text) && g.IsComplete();
+  };
+  for (const std::string& field :
+       {R"("response_format":{"type":"json_schema","json_schema":{"name":"a","schema":)" + schema +
+            "}}",
+        R"("guided_json":)" + schema, R"("structured_outputs":{"json":)" + schema + "}",
+        R"("guided_json":)" + nlohmann::json(schema).dump()}) {
+    auto r = Parse(Endpoint::kCompletions, R"({"prompt":"a",)" + field + "}");
+    EXPECT_TRUE(Holds(r, in_order)) << field;
+    EXPECT_FALSE(Holds(r, by_name)) << field;
+  }
+  const std::string tools = R"("tools":[{"type":"function","function":{"name":"f","parameters":)" +
+                            schema + R"(}}],"tool_choice":"required")";
+  auto r = Parse(Endpoint::kChat, "{" + Msgs() + "," + tools + "}");
+  EXPECT_TRUE(Holds(r, R"([{"name":"f","parameters":)" + in_order + "}]"));
+  EXPECT_FALSE(Holds(r, R"([{"name":"f","parameters":)" + by_name + "}]"));
+  // Without the text: by name.
+  static const FakeTextProcessor tp;
+  auto j = ParseRequestBody(R"({"prompt":"a","guided_json":)" + schema + "}");
+  ASSERT_TRUE(j.ok());
+  r = ParseCompletionRequest(*j, Options(), tp);
+  EXPECT_TRUE(Holds(r, by_name));
+  EXPECT_FALSE(Holds(r, in_order));
+}
+
 // tool_choice "required" or a named function: the answer is held to a list
 // of calls of the tools offered (one call when named), whatever
 // --tool-call-parser says, and parsed as the calls.
@@ -461,12 +503,14 @@ TEST(FrontendParserTest, ForcedToolChoiceHoldsTheAnswerToCalls) {
     return g.Feed(text) && g.IsComplete();
   };
   const std::string weather = R"({"name":"get_weather","parameters":{"city":"Paris"}})";
-  const std::string now = R"({"parameters":{},"name":"now"})";
+  const std::string now = R"({"name":"now","parameters":{}})";
   EXPECT_TRUE(Calls(R"("required")", "[" + weather + "]"));
   EXPECT_TRUE(Calls(R"("required")", "[" + weather + "," + now + "]"));
   EXPECT_FALSE(Calls(R"("required")", "[]"));
   EXPECT_FALSE(Calls(R"("required")", R"([{"name":"get_weather","parameters":{"city":1}}])"));
   EXPECT_FALSE(Calls(R"("required")", R"([{"name":"other","parameters":{}}])"));
+  // The name comes first.
+  EXPECT_FALSE(Calls(R"("required")", R"([{"parameters":{},"name":"now"}])"));
   const std::string named = R"({"type":"function","function":{"name":"get_weather"}})";
   EXPECT_TRUE(Calls(named, "[" + weather + "]"));
   EXPECT_FALSE(Calls(named, "[" + now + "]"));
@@ -487,7 +531,7 @@ TEST(FrontendParserTest, ForcedToolChoiceHoldsTheAnswerToCalls) {
   ASSERT_TRUE(many.ok()) << many.status();
   for (const char* call :
        {R"([{"name":"t99","parameters":{}}])",
-        R"([{"parameters":{"x":1},"name":"t0"},{"name":"t57","parameters":{}}])"}) {
+        R"([{"name":"t0","parameters":{"x":1}},{"name":"t57","parameters":{}}])"}) {
     structured::SchemaGrammar g(many->sampling.json_schema.get());
     EXPECT_TRUE(g.Feed(call) && g.IsComplete()) << call;
   }

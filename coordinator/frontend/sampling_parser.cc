@@ -75,18 +75,22 @@ absl::Status ParseLogitBias(const FieldReader& r, const ParseOptions& options,
   return absl::OkStatus();
 }
 
-// A schema given as a JSON object, or as its text (vLLM takes both).
-absl::Status CompileSchemaParam(const json& schema, std::string_view param, SamplingOptions* s) {
-  json parsed;
-  const json* use = &schema;
+// A schema given as a JSON object (at `pointer` in the body, read from
+// there in the order written), or as its text (vLLM takes both).
+absl::Status CompileSchemaParam(const json& schema, std::string_view param,
+                                const std::string& pointer, const OrderedBody& ordered,
+                                SamplingOptions* s) {
+  nlohmann::ordered_json use;
   if (schema.is_string()) {
-    parsed = json::parse(schema.get<std::string>(), nullptr, /*allow_exceptions=*/false);
-    if (parsed.is_discarded()) {
+    use = nlohmann::ordered_json::parse(schema.get<std::string>(), nullptr,
+                                        /*allow_exceptions=*/false);
+    if (use.is_discarded()) {
       return InvalidParam(param, absl::StrCat("'", std::string(param), "' is not valid JSON"));
     }
-    use = &parsed;
+  } else {
+    use = ordered.At(pointer, schema);
   }
-  auto compiled = structured::CompiledSchema::Compile(*use);
+  auto compiled = structured::CompiledSchema::Compile(use);
   if (!compiled.ok()) {
     return InvalidParam(param,
                         absl::StrCat("Unsupported JSON Schema: ", compiled.status().message()));
@@ -118,7 +122,8 @@ absl::Status CompileChoiceParam(const json& choices, std::string_view param, Sam
 // (OpenAI's structured outputs: {"name", "schema", "strict",
 // "description"}). The schema is compiled here, so one the recognizer
 // cannot hold the answer to is a 400 before anything runs.
-absl::Status ParseResponseFormat(const json& format, SamplingOptions* s) {
+absl::Status ParseResponseFormat(const json& format, const OrderedBody& ordered,
+                                 SamplingOptions* s) {
   FieldReader fr(format, "response_format.");
   TANDEM_ASSIGN_OR_RETURN(auto type, fr.String("type"));
   if (!type.has_value()) return MissingParam("response_format.type");
@@ -149,18 +154,21 @@ absl::Status ParseResponseFormat(const json& format, SamplingOptions* s) {
   if (!schema->is_object() && !schema->is_boolean()) {
     return WrongType("response_format.json_schema.schema", "an object", JsonTypeName(*schema));
   }
-  return CompileSchemaParam(*schema, "response_format.json_schema.schema", s);
+  return CompileSchemaParam(*schema, "response_format.json_schema.schema",
+                            "/response_format/json_schema/schema", ordered, s);
 }
 
 // vLLM's structured_outputs: {"json": schema, "choice": [...],
 // "json_object": true}; "regex", "grammar" and "structural_tag" are refused.
-absl::Status ParseVllmStructuredOutputs(const json& so, SamplingOptions* s) {
+absl::Status ParseVllmStructuredOutputs(const json& so, const OrderedBody& ordered,
+                                        SamplingOptions* s) {
   int kinds = 0;
   for (const auto& [key, value] : so.items()) {
     if (value.is_null()) continue;
     const std::string param = "structured_outputs." + key;
     if (key == "json") {
-      TANDEM_RETURN_IF_ERROR(CompileSchemaParam(value, param, s));
+      TANDEM_RETURN_IF_ERROR(
+          CompileSchemaParam(value, param, "/structured_outputs/json", ordered, s));
     } else if (key == "choice") {
       TANDEM_RETURN_IF_ERROR(CompileChoiceParam(value, param, s));
     } else if (key == "json_object") {
@@ -186,7 +194,8 @@ absl::Status ParseVllmStructuredOutputs(const json& so, SamplingOptions* s) {
 // The constraint on the answer, from whichever field gives it:
 // response_format, vLLM's structured_outputs, or its older guided_json and
 // guided_choice. At most one of them.
-absl::Status ParseStructuredOutputs(const FieldReader& r, SamplingOptions* s) {
+absl::Status ParseStructuredOutputs(const FieldReader& r, const OrderedBody& ordered,
+                                    SamplingOptions* s) {
   std::vector<std::string_view> given;
   for (std::string_view key : {"response_format", "structured_outputs", "guided_json",
                                "guided_choice", "guided_regex", "guided_grammar"}) {
@@ -201,14 +210,14 @@ absl::Status ParseStructuredOutputs(const FieldReader& r, SamplingOptions* s) {
                                      "' cannot both constrain the answer"));
   }
   TANDEM_ASSIGN_OR_RETURN(const json* format, r.Object("response_format"));
-  if (format != nullptr) TANDEM_RETURN_IF_ERROR(ParseResponseFormat(*format, s));
+  if (format != nullptr) TANDEM_RETURN_IF_ERROR(ParseResponseFormat(*format, ordered, s));
   TANDEM_ASSIGN_OR_RETURN(const json* so, r.Object("structured_outputs"));
-  if (so != nullptr) TANDEM_RETURN_IF_ERROR(ParseVllmStructuredOutputs(*so, s));
+  if (so != nullptr) TANDEM_RETURN_IF_ERROR(ParseVllmStructuredOutputs(*so, ordered, s));
   if (const json* j = r.Find("guided_json"); j != nullptr && !j->is_null()) {
     if (!j->is_object() && !j->is_string()) {
       return WrongType("guided_json", "an object or a string", JsonTypeName(*j));
     }
-    TANDEM_RETURN_IF_ERROR(CompileSchemaParam(*j, "guided_json", s));
+    TANDEM_RETURN_IF_ERROR(CompileSchemaParam(*j, "guided_json", "/guided_json", ordered, s));
   }
   if (const json* c = r.Find("guided_choice"); c != nullptr && !c->is_null()) {
     TANDEM_RETURN_IF_ERROR(CompileChoiceParam(*c, "guided_choice", s));
@@ -283,9 +292,8 @@ absl::Status ParseCommonFields(const FieldReader& r,
   return absl::OkStatus();
 }
 
-absl::Status ParseSamplingFields(const FieldReader& r,
-                                 const ParseOptions& options,
-                                 ParsedRequest* out) {
+absl::Status ParseSamplingFields(const FieldReader& r, const ParseOptions& options,
+                                 const OrderedBody& ordered, ParsedRequest* out) {
   SamplingOptions& s = out->sampling;
   TANDEM_ASSIGN_OR_RETURN(auto temperature,
                           r.Number("temperature", 0.0, kMaxTemperature));
@@ -349,7 +357,7 @@ absl::Status ParseSamplingFields(const FieldReader& r,
   TANDEM_RETURN_IF_ERROR(ParseLogitBias(r, options, &s));
   TANDEM_ASSIGN_OR_RETURN(auto as_ids, r.Bool("return_tokens_as_token_ids"));
   out->return_tokens_as_token_ids = as_ids.value_or(false);
-  TANDEM_RETURN_IF_ERROR(ParseStructuredOutputs(r, &s));
+  TANDEM_RETURN_IF_ERROR(ParseStructuredOutputs(r, ordered, &s));
   return absl::OkStatus();
 }
 
