@@ -282,6 +282,68 @@ TEST(FrontendServerTest, ToolCallParserReturnsToolCalls) {
   }
 }
 
+// tool_choice "required": the calls stream as they are written (the id
+// and name in a call's first delta, before its arguments are done; the
+// arguments in pieces), and add up to the calls of the answer given whole.
+TEST(FrontendServerTest, ForcedToolCallsStreamAsWritten) {
+  TestServer ts;
+  FakeBackend::Options bo;
+  bo.reply =
+      "[{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": [1, 2]}}, "
+      "{\"name\": \"now\", \"parameters\": {}}]";
+  ASSERT_TRUE(ts.Start(HttpServerOptions(), bo));
+  const std::string tools =
+      R"("max_tokens":200,"tool_choice":"required","tools":[{"type":"function","function":)"
+      R"({"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"},)"
+      R"("days":{"type":"array"}}}}},{"type":"function","function":{"name":"now"}}])";
+  auto r = ts.Client()->Post("/v1/chat/completions", ChatBody(tools), kJsonType);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json whole = Json(r->body)["choices"][0];
+  EXPECT_EQ(whole["finish_reason"], "tool_calls");
+  ASSERT_EQ(whole["message"]["tool_calls"].size(), 2u) << r->body;
+
+  r = ts.Client()->Post("/v1/chat/completions", ChatBody(tools + R"(,"stream":true)"), kJsonType);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::vector<std::string> names(2), arguments(2);
+  std::string finish;
+  int argument_pieces = 0;
+  bool named_before_done = false;  // call 0's name came before its arguments were whole
+  bool framed = false;
+  for (const std::string& e : SseData(r->body, &framed)) {
+    if (e == "[DONE]") break;
+    const json c = Json(e)["choices"][0];
+    EXPECT_FALSE(c["delta"].contains("content") &&
+                 !c["delta"]["content"].get<std::string>().empty())
+        << e;
+    if (c["delta"].contains("tool_calls")) {
+      for (const json& d : c["delta"]["tool_calls"]) {
+        const size_t i = d["index"].get<size_t>();
+        ASSERT_LT(i, 2u) << e;
+        if (d.contains("id")) {
+          EXPECT_EQ(d["type"], "function");
+          EXPECT_TRUE(names[i].empty()) << "a call is named once: " << e;
+          names[i] = d["function"]["name"];
+          if (i == 0) named_before_done = arguments[0].empty();
+        } else {
+          EXPECT_FALSE(d["function"].contains("name")) << e;
+        }
+        arguments[i] += d["function"]["arguments"].get<std::string>();
+        argument_pieces += !d["function"]["arguments"].get<std::string>().empty();
+      }
+    }
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+  }
+  EXPECT_TRUE(framed);
+  EXPECT_EQ(finish, "tool_calls");
+  EXPECT_TRUE(named_before_done);
+  EXPECT_GT(argument_pieces, 2);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(names[i], whole["message"]["tool_calls"][i]["function"]["name"]);
+    EXPECT_EQ(arguments[i], whole["message"]["tool_calls"][i]["function"]["arguments"]);
+  }
+  EXPECT_EQ(arguments[0], R"({"city":"Paris","days":[1,2]})");
+}
+
 TEST(FrontendServerTest, ChatStreamingFraming) {
   TestServer ts;
   ASSERT_TRUE(ts.Start());

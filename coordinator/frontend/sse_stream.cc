@@ -70,11 +70,15 @@ std::string SseStream::Event(size_t index, const GenerationEvent& e) {
     piece.reasoning += rest.reasoning;
     piece.content += rest.content;
   }
-  // Content up to a tool call streams; the calls come whole at the end.
-  piece.content = extractors_[index].Push(piece.content);
+  // Content up to a tool call streams; the calls come whole at the end,
+  // but forced ones, which stream as they are written.
+  std::vector<ToolCallDelta> deltas;
+  piece.content = extractors_[index].Push(piece.content, &deltas);
   std::vector<ToolCall> calls;
   if (d.finished) piece.content += extractors_[index].Finish(&calls);
-  if (piece.reasoning.empty() && piece.content.empty() && !has_logprobs && !d.finished) {
+  const bool called = !calls.empty() || (d.finished && extractors_[index].streamed_calls());
+  if (piece.reasoning.empty() && piece.content.empty() && deltas.empty() && !has_logprobs &&
+      !d.finished) {
     return "";
   }
 
@@ -87,6 +91,7 @@ std::string SseStream::Event(size_t index, const GenerationEvent& e) {
     if (!piece.content.empty() || (has_logprobs && piece.reasoning.empty())) {
       delta["content"] = piece.content;
     }
+    if (!deltas.empty()) delta["tool_calls"] = ToolCallDeltasJson(deltas);
     if (!calls.empty()) delta["tool_calls"] = ToolCallsJson(calls, /*with_index=*/true);
     choice["delta"] = std::move(delta);
     choice["logprobs"] = has_logprobs ? fmt.Chat(d.logprobs) : ojson(nullptr);
@@ -100,9 +105,9 @@ std::string SseStream::Event(size_t index, const GenerationEvent& e) {
       choice["logprobs"] = nullptr;
     }
   }
-  choice["finish_reason"] = !calls.empty() ? ojson("tool_calls")
-                            : d.finished   ? ojson(d.finish_reason)
-                                           : ojson(nullptr);
+  choice["finish_reason"] = called       ? ojson("tool_calls")
+                            : d.finished ? ojson(d.finish_reason)
+                                         : ojson(nullptr);
   choice["stop_reason"] = d.stop_reason;
   return Frame(Chunk(ojson::array({std::move(choice)}), ctx_.include_usage));
 }

@@ -20,6 +20,22 @@ nlohmann::ordered_json ToolCallsJson(const std::vector<ToolCall>& calls, bool wi
   return out;
 }
 
+nlohmann::ordered_json ToolCallDeltasJson(const std::vector<ToolCallDelta>& deltas) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const ToolCallDelta& d : deltas) {
+    nlohmann::ordered_json c;
+    c["index"] = d.index;
+    if (!d.id.empty()) {
+      c["id"] = d.id;
+      c["type"] = "function";
+      c["function"]["name"] = d.name;
+    }
+    c["function"]["arguments"] = d.arguments;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 absl::StatusOr<ToolCallParser> ParseToolCallParser(std::string_view name) {
   if (name.empty()) return ToolCallParser::kNone;
   if (name == "hermes") return ToolCallParser::kHermes;
@@ -60,8 +76,15 @@ size_t ToolCallExtractor::CallsStart(std::string_view buf, size_t* keep) {
   return std::string_view::npos;
 }
 
-std::string ToolCallExtractor::Push(std::string_view content) {
+std::string ToolCallExtractor::Push(std::string_view content, std::vector<ToolCallDelta>* deltas) {
   if (parser_ == ToolCallParser::kNone || plain_) return std::string(content);
+  if (parser_ == ToolCallParser::kForced && deltas != nullptr) {
+    // Kept too, for Finish to give back as content if no call came of it.
+    in_calls_ = true;
+    held_ += content;
+    forced_.Push(content, deltas);
+    return "";
+  }
   if (in_calls_) {
     held_ += content;
     return "";
@@ -86,6 +109,9 @@ std::string ToolCallExtractor::Finish(std::vector<ToolCall>* calls) {
   std::string rest = std::move(held_);
   held_.clear();
   if (!in_calls_) return rest;
+  // Streamed calls are out already: whole (streamed_calls()), or cut off
+  // (by max_tokens; the finish reason says so).
+  if (forced_.pieces() > 0) return "";
   bool ok = false;
   switch (parser_) {
     case ToolCallParser::kHermes:

@@ -196,6 +196,43 @@ TEST(ToolCallExtractor, ForcedCalls) {
                    {"[{\"name\": \"f\", \"parameters\": {\"a\": ", "[]", "", "[1]"});
 }
 
+// In a stream, forced calls come out as deltas while they are written: a
+// whole list ends as calls (finish reason "tool_calls"); one cut off after
+// a call was announced has been streamed as far as it got; one cut off
+// before any call was named gives its text back as content.
+TEST(ToolCallExtractor, ForcedCallsStreamed) {
+  {
+    ToolCallExtractor e(ToolCallParser::kForced);
+    std::vector<ToolCallDelta> d;
+    EXPECT_EQ(e.Push("[{\"name\": \"f\", \"param", &d), "");
+    ASSERT_EQ(d.size(), 1u);
+    EXPECT_EQ(d[0].name, "f");
+    EXPECT_EQ(e.Push("eters\": {\"a\": 1}}]", &d), "");
+    std::vector<ToolCall> calls;
+    EXPECT_EQ(e.Finish(&calls), "");
+    EXPECT_TRUE(calls.empty());
+    EXPECT_TRUE(e.streamed_calls());
+  }
+  {
+    ToolCallExtractor e(ToolCallParser::kForced);
+    std::vector<ToolCallDelta> d;
+    EXPECT_EQ(e.Push("[{\"name\": \"f\", \"parameters\": {\"a\": ", &d), "");
+    std::vector<ToolCall> calls;
+    EXPECT_EQ(e.Finish(&calls), "");
+    EXPECT_TRUE(calls.empty());
+    EXPECT_FALSE(e.streamed_calls());
+  }
+  {
+    ToolCallExtractor e(ToolCallParser::kForced);
+    std::vector<ToolCallDelta> d;
+    EXPECT_EQ(e.Push("[{\"na", &d), "");
+    EXPECT_TRUE(d.empty());
+    std::vector<ToolCall> calls;
+    EXPECT_EQ(e.Finish(&calls), "[{\"na");
+    EXPECT_FALSE(e.streamed_calls());
+  }
+}
+
 // JsonContainerEnd finds the end of any JSON object or array, whatever text
 // follows, and nothing where the value is cut off.
 TEST(ToolCallFormats, JsonContainerEndMatchesTheParser) {

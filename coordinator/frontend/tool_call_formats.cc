@@ -3,6 +3,7 @@
 #include <random>
 
 #include "absl/strings/str_format.h"
+#include "coordinator/frontend/forced_call_stream.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::frontend {
@@ -21,8 +22,6 @@ std::mt19937_64& Rng() {
   return rng;
 }
 
-std::string OpenAiCallId() { return absl::StrFormat("chatcmpl-tool-%016x%016x", Rng()(), Rng()()); }
-
 // Mistral's templates and mistral-common refuse a tool_call_id that is not
 // nine alphanumerics, so the ids a client sends back must be of that form.
 std::string MistralCallId() {
@@ -31,6 +30,12 @@ std::string MistralCallId() {
   for (char& c : id) c = kAlnum[Rng()() % (sizeof(kAlnum) - 1)];
   return id;
 }
+
+}  // namespace
+
+std::string OpenAiCallId() { return absl::StrFormat("chatcmpl-tool-%016x%016x", Rng()(), Rng()()); }
+
+namespace {
 
 ojson ParseJson(std::string_view text) {
   return ojson::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
@@ -184,12 +189,17 @@ bool ParseLlamaJsonCalls(std::string_view text, std::vector<ToolCall>* calls) {
   return !calls->empty();
 }
 
+// Read as a stream reads it, so that the arguments are the text a streamed
+// answer's pieces add up to; each must be JSON.
 bool ParseForcedCalls(std::string_view text, std::vector<ToolCall>* calls) {
-  const ojson j = ParseJson(TrimSpace(text));
-  if (!j.is_array() || j.empty()) return false;  // cut off by max_tokens
-  for (const ojson& c : j) {
-    if (!CallFromObject(c, OpenAiCallId(), calls)) return false;
+  ForcedCallStream stream;
+  std::vector<ToolCallDelta> pieces;
+  stream.Push(text, &pieces);
+  if (!stream.complete() || stream.calls().empty()) return false;  // cut off by max_tokens
+  for (const ToolCall& c : stream.calls()) {
+    if (ParseJson(c.arguments).is_discarded()) return false;
   }
+  calls->insert(calls->end(), stream.calls().begin(), stream.calls().end());
   return true;
 }
 

@@ -47,7 +47,11 @@ size_t JsonContainerEnd(std::string_view text, size_t begin);
 bool ParseHermesCalls(std::string_view text, std::vector<ToolCall>* calls);
 bool ParseMistralCalls(std::string_view text, std::vector<ToolCall>* calls);
 bool ParseLlamaJsonCalls(std::string_view text, std::vector<ToolCall>* calls);
+// tool_choice "required" or a named function: `[{"name", "parameters"}]`,
+// read by ForcedCallStream (forced_call_stream.h).
 bool ParseForcedCalls(std::string_view text, std::vector<ToolCall>* calls);
+// A new call id of OpenAI's form.
+std::string OpenAiCallId();
 
 }  // namespace tandem::frontend
 

@@ -46,12 +46,13 @@ def start(server, reply, *flags):
     return proc, client
 
 
-def streamed_answer(client):
+def streamed_answer(client, **extra):
     """The streamed answer put together: (content, reasoning, finish_reason,
     {index: {"id", "name", "arguments"}})."""
     content, reasoning, finish, calls = "", "", None, {}
     for chunk in client.chat.completions.create(model="fake-model", messages=MESSAGES,
-                                                tools=TOOLS, max_tokens=150, stream=True):
+                                                tools=TOOLS, max_tokens=150, stream=True,
+                                                **extra):
         if not chunk.choices:
             continue
         d = chunk.choices[0].delta
@@ -85,6 +86,34 @@ def check_format(server, checks, parser, reply, want_content, id_ok):
                      and list(streamed) == [0] and streamed[0]["name"] == "get_weather"
                      and id_ok(streamed[0]["id"])
                      and json.loads(streamed[0]["arguments"]) == ARGS, (content, finish, streamed))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def check_forced(server, checks):
+    """tool_choice "required": the answer is the list of calls (no parser
+    flag needed), whole and streamed piece by piece, the same calls."""
+    reply = ('[{"name": "get_weather", "parameters": {"city": "Zürich", "days": [1, 2]}}, '
+             '{"name": "get_weather", "parameters": {"city": "Bern"}}]')
+    proc, client = start(server, reply)
+    try:
+        r = client.chat.completions.create(model="fake-model", messages=MESSAGES, tools=TOOLS,
+                                           tool_choice="required", max_tokens=150)
+        choice, m = r.choices[0], r.choices[0].message
+        calls = m.tool_calls or []
+        checks.check("tool_choice required: two calls, finish_reason tool_calls, no content",
+                     choice.finish_reason == "tool_calls" and m.content is None
+                     and len(calls) == 2 and json.loads(calls[0].function.arguments) == ARGS
+                     and json.loads(calls[1].function.arguments) == {"city": "Bern"}, m)
+        content, _, finish, streamed = streamed_answer(client, tool_choice="required")
+        checks.check("tool_choice required, streamed: the same calls, put together by the client",
+                     content == "" and finish == "tool_calls" and sorted(streamed) == [0, 1]
+                     and all(streamed[i]["name"] == calls[i].function.name
+                             and streamed[i]["arguments"] == calls[i].function.arguments
+                             and streamed[i]["id"].startswith("chatcmpl-tool-")
+                             for i in range(min(2, len(calls)))),
+                     (content, finish, streamed, calls))
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -137,6 +166,7 @@ def main():
         proc.wait(timeout=10)
     for parser, (reply, want_content, id_ok) in FORMATS.items():
         check_format(server, checks, parser, reply, want_content, id_ok)
+    check_forced(server, checks)
     checks.finish()
 
 
