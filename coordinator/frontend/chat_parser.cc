@@ -318,6 +318,8 @@ absl::StatusOr<ParsedRequest> ParseChatRequest(const json& body, const ParseOpti
     if (!schema.ok()) return InvalidParam("tools", std::string(schema.status().message()));
     out.sampling.json_schema = *std::move(schema);
     out.tool_call_parser = ToolCallParser::kForced;
+    const json* choice = r.Find("tool_choice");
+    out.tool_choice_named = choice != nullptr && choice->is_object();
   } else if (rendered.tools_offered) {
     out.tool_call_parser = options.tool_call_parser;
     // Mistral calls start with the special token [TOOL_CALLS]: the answer is

@@ -285,6 +285,7 @@ TEST(FrontendServerTest, ToolCallParserReturnsToolCalls) {
 // tool_choice "required": the calls stream as they are written (the id
 // and name in a call's first delta, before its arguments are done; the
 // arguments in pieces), and add up to the calls of the answer given whole.
+// Then a named function.
 TEST(FrontendServerTest, ForcedToolCallsStreamAsWritten) {
   TestServer ts;
   FakeBackend::Options bo;
@@ -342,6 +343,25 @@ TEST(FrontendServerTest, ForcedToolCallsStreamAsWritten) {
     EXPECT_EQ(arguments[i], whole["message"]["tool_calls"][i]["function"]["arguments"]);
   }
   EXPECT_EQ(arguments[0], R"({"city":"Paris","days":[1,2]})");
+
+  // A named function: the same calls, but finish_reason "stop", as OpenAI
+  // and vLLM report it.
+  std::string named = tools;
+  named.replace(named.find(R"("required")"), std::string(R"("required")").size(),
+                R"({"type":"function","function":{"name":"get_weather"}})");
+  r = ts.Client()->Post("/v1/chat/completions", ChatBody(named), kJsonType);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Json(r->body)["choices"][0]["finish_reason"], "stop") << r->body;
+  EXPECT_EQ(Json(r->body)["choices"][0]["message"]["tool_calls"].size(), 2u) << r->body;
+  r = ts.Client()->Post("/v1/chat/completions", ChatBody(named + R"(,"stream":true)"), kJsonType);
+  ASSERT_EQ(r->status, 200) << r->body;
+  finish.clear();
+  for (const std::string& e : SseData(r->body, &framed)) {
+    if (e == "[DONE]") break;
+    const json c = Json(e)["choices"][0];
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+  }
+  EXPECT_EQ(finish, "stop");
 }
 
 TEST(FrontendServerTest, ChatStreamingFraming) {

@@ -62,6 +62,9 @@ struct ParsedRequest {
   bool return_tokens_as_token_ids = false;  // log-prob tokens read "token_id:N"
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // chat only
   ToolCallParser tool_call_parser = ToolCallParser::kNone;    // chat with tools only
+  // tool_choice named a function: its call ends with finish_reason "stop",
+  // as OpenAI and vLLM report it ("tool_calls" for "required" and "auto").
+  bool tool_choice_named = false;
   // One per choice: /v1/completions takes a list of prompts; chat has one.
   std::vector<PromptInput> prompts;
   // Shared by every prompt; max_tokens is per prompt (PromptInput).

@@ -88,7 +88,7 @@ std::string ResponseBuilder::Json() const {
       choice["logprobs"] =
           ctx_.logprobs ? fmt.Completion(c.logprobs, &offset) : ojson(nullptr);
     }
-    choice["finish_reason"] = tool_calls                ? ojson("tool_calls")
+    choice["finish_reason"] = tool_calls ? ojson(ctx_.calls_finish_as_stop ? "stop" : "tool_calls")
                               : c.finish_reason.empty() ? ojson(nullptr)
                                                         : ojson(c.finish_reason);
     choice["stop_reason"] = c.stop_reason;

@@ -83,6 +83,7 @@ ResponseContext ResponseContext::From(const ParsedRequest& req, std::string id,
   c.include_usage = req.include_usage;
   c.reasoning_parser = req.reasoning_parser;
   c.tool_call_parser = req.tool_call_parser;
+  c.calls_finish_as_stop = req.tool_choice_named;
   return c;
 }
 

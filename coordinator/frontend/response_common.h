@@ -43,6 +43,8 @@ struct ResponseContext {
   bool include_usage = false;
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // chat answers
   ToolCallParser tool_call_parser = ToolCallParser::kNone;    // chat answers
+  // The answer's calls end with finish_reason "stop", not "tool_calls".
+  bool calls_finish_as_stop = false;
 
   static ResponseContext From(const ParsedRequest& req, std::string id,
                               int64_t created);

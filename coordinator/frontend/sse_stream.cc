@@ -105,7 +105,7 @@ std::string SseStream::Event(size_t index, const GenerationEvent& e) {
       choice["logprobs"] = nullptr;
     }
   }
-  choice["finish_reason"] = called       ? ojson("tool_calls")
+  choice["finish_reason"] = called       ? ojson(ctx_.calls_finish_as_stop ? "stop" : "tool_calls")
                             : d.finished ? ojson(d.finish_reason)
                                          : ojson(nullptr);
   choice["stop_reason"] = d.stop_reason;
