@@ -1,11 +1,13 @@
 // StepDriver's loop: event delivery, model loads, steps and worker loss.
+#include <algorithm>
 #include <chrono>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "coordinator/service/plan_conversion.h"
 #include "coordinator/service/step_driver.h"
 #include "proto/grpc_status.h"
@@ -252,6 +254,10 @@ proto::StepPlan StepDriver::BuildPlan(const sched::StepPlan& plan) {
   proto::StepPlan out;
   out.set_step(plan.step_id);
   static const GenerationParams kDefaults;
+  // The sequences whose sampling a grammar holds, and their states: their
+  // masks are made together below.
+  std::vector<proto::StepSequence*> masked;
+  std::vector<const structured::SchemaGrammar*> states;
   for (const sched::ScheduledChunk& c : plan.chunks) {
     const sched::Request* r = scheduler_->GetRequest(c.request_id);
     const int64_t generated = r != nullptr ? r->num_output_tokens() : 0;
@@ -264,11 +270,23 @@ proto::StepPlan StepDriver::BuildPlan(const sched::StepPlan& plan) {
     proto::StepSequence* s = out.add_sequences();
     *s = ToStepSequence(c, live.params, live.seed, generated, config_.eos_token_ids);
     if (c.sample && live.json.has_value()) {
-      s->mutable_sampling()->set_allowed_tokens(masker_->AllowedMask(*live.json));
+      masked.push_back(s);
+      states.push_back(&*live.json);
     }
     live.output->set_queue_time(SecondsSince(live.arrival));
     if (config_.enable_prefix_caching && r != nullptr) {
       live.output->set_cached_prompt_tokens(r->num_cached_prompt_tokens());
+    }
+  }
+  if (!states.empty()) {
+    // Each state once, in parallel: a batch of structured requests would
+    // otherwise wait for one mask after another (milliseconds each over a
+    // large vocabulary).
+    static const int kMaskThreads =
+        static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+    std::vector<std::string> masks = masker_->AllowedMasks(states, kMaskThreads);
+    for (size_t i = 0; i < masked.size(); ++i) {
+      masked[i]->mutable_sampling()->set_allowed_tokens(std::move(masks[i]));
     }
   }
   out.mutable_free_seq_ids()->Add(pending_free_.begin(), pending_free_.end());

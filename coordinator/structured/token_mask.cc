@@ -1,7 +1,9 @@
 #include "coordinator/structured/token_mask.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -120,6 +122,53 @@ std::string TokenMasker::AllowedMask(const SchemaGrammar& state) const {
     cache_.erase(oldest);
   }
   return mask;
+}
+
+std::vector<std::string> TokenMasker::AllowedMasks(const std::vector<const SchemaGrammar*>& states,
+                                                   int threads) const {
+  std::vector<std::string> out(states.size());
+  // The states to compute, each once: index into `states` of the first
+  // asking for it, and of the others.
+  std::vector<size_t> fresh;
+  std::vector<std::pair<size_t, size_t>> copies;  // (asking, first)
+  {
+    absl::MutexLock lock(&mu_);
+    absl::flat_hash_map<SchemaGrammar, size_t> first;
+    for (size_t i = 0; i < states.size(); ++i) {
+      auto it = cache_.find(*states[i]);
+      if (it != cache_.end()) {
+        it->second.used = ++tick_;
+        ++hits_;
+        out[i] = it->second.mask;
+        continue;
+      }
+      auto [f, inserted] = first.try_emplace(*states[i], i);
+      if (inserted) {
+        fresh.push_back(i);
+      } else {
+        copies.emplace_back(i, f->second);
+        ++hits_;  // given as another's, not computed
+      }
+    }
+  }
+  // Without the lock, on threads of their own when there are several.
+  const size_t workers = std::min<size_t>(fresh.size(), static_cast<size_t>(std::max(threads, 1)));
+  if (workers <= 1) {
+    for (size_t i : fresh) out[i] = AllowedMask(*states[i]);
+  } else {
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t k = next++; k < fresh.size(); k = next++) {
+        out[fresh[k]] = AllowedMask(*states[fresh[k]]);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < workers; ++t) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+  }
+  for (const auto& [asking, first] : copies) out[asking] = out[first];
+  return out;
 }
 
 int64_t TokenMasker::cache_hits() const {

@@ -52,6 +52,11 @@ class TokenMasker {
   // with the same schema (interned, schema_intern.h) share them.
   // Thread-safe; a mask is computed outside the cache's lock.
   std::string AllowedMask(const SchemaGrammar& state) const;
+  // The masks of several states at once (a step's sequences), as
+  // AllowedMask gives them: the states not in the cache are computed once
+  // each (requests at the same state share it), on up to `threads` threads.
+  std::vector<std::string> AllowedMasks(const std::vector<const SchemaGrammar*>& states,
+                                        int threads) const;
   // The same, computed afresh (no cache): the vocabulary is walked in
   // byte order, so a prefix shared by many tokens is fed once, and the
   // tokens under a prefix that fails are skipped together.

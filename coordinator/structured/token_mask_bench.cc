@@ -114,6 +114,43 @@ void BM_Qwen3SchemaRepeated(benchmark::State& state) {
 }
 BENCHMARK(BM_Qwen3SchemaRepeated)->Unit(benchmark::kMillisecond);
 
+// One step of 8 requests under the schema, each at its own point of its
+// answer and none cached (a new masker each time), their masks made
+// together on Arg(0) threads; 16 requests when two share each state.
+void BM_Qwen3SchemaStep(benchmark::State& state) {
+  const Tokenizer& t = tandem::testing::Qwen3();
+  const auto compiled = CompiledSchema::Parse(kSchema);
+  if (!compiled.ok()) {
+    state.SkipWithError(std::string(compiled.status().message()).c_str());
+    return;
+  }
+  const std::vector<int32_t> ids = t.Encode(kAnswer, /*add_bos=*/false, /*parse_special=*/false);
+  const int shared = static_cast<int>(state.range(1));
+  std::vector<SchemaGrammar> grammars;
+  SchemaGrammar g(compiled->get());
+  auto masker = TokenMasker::FromTokenizer(t, t.vocab_size());
+  if (!masker.ok()) return;
+  for (size_t i = 0; i < ids.size() && grammars.size() < size_t(8 * shared); i += 9) {
+    for (int k = 0; k < shared; ++k) grammars.push_back(g);
+    for (size_t j = i; j < i + 9 && j < ids.size(); ++j) g.Feed((*masker)->Bytes(ids[j]));
+  }
+  std::vector<const SchemaGrammar*> states;
+  for (const SchemaGrammar& s : grammars) states.push_back(&s);
+  for (auto _ : state) {
+    state.PauseTiming();
+    masker = TokenMasker::FromTokenizer(t, t.vocab_size());
+    state.ResumeTiming();
+    benchmark::DoNotOptimize((*masker)->AllowedMasks(states, static_cast<int>(state.range(0))));
+  }
+  state.counters["requests"] = static_cast<double>(states.size());
+}
+BENCHMARK(BM_Qwen3SchemaStep)
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->Args({1, 2})
+    ->Args({2, 2})
+    ->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace tandem::structured
 

@@ -242,6 +242,44 @@ TEST_P(TokenMaskTest, ARequestWithTheSameSchemaReusesTheMasks) {
   EXPECT_EQ((*masker)->cache_hits() - hits, static_cast<int64_t>(ids.size()));
 }
 
+// A step's masks together: each the mask computed afresh, each distinct
+// state computed once however many sequences share it, on several threads.
+TEST_P(TokenMaskTest, AStepsMasksAreComputedOncePerState) {
+  const Tokenizer& t = tokenizer();
+  auto masker = TokenMasker::FromTokenizer(t, t.vocab_size());
+  ASSERT_TRUE(masker.ok()) << masker.status();
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  // Prefixes of a few random objects: some states repeat ("{" opens every
+  // one), most do not.
+  std::vector<SchemaGrammar> grammars;
+  for (int doc = 0; doc < 4; ++doc) {
+    const std::string text = RandomObject(rng, 2).dump();
+    SchemaGrammar g = ObjectGrammar();
+    const size_t cut = rng() % (text.size() / 2 + 1);
+    ASSERT_TRUE(g.Feed(std::string_view(text).substr(0, cut))) << text;
+    grammars.push_back(g);
+    grammars.push_back(g);  // another request at the same state
+    grammars.push_back(ObjectGrammar());
+  }
+  std::vector<const SchemaGrammar*> states;
+  for (const SchemaGrammar& g : grammars) states.push_back(&g);
+  std::vector<SchemaGrammar> distinct;
+  for (const SchemaGrammar& g : grammars) {
+    if (std::find(distinct.begin(), distinct.end(), g) == distinct.end()) distinct.push_back(g);
+  }
+  const std::vector<std::string> masks = (*masker)->AllowedMasks(states, 4);
+  ASSERT_EQ(masks.size(), states.size());
+  for (size_t i = 0; i < states.size(); ++i) {
+    EXPECT_EQ(masks[i], (*masker)->ComputeMask(*states[i])) << i;
+  }
+  EXPECT_EQ((*masker)->cache_misses(), static_cast<int64_t>(distinct.size()));
+  // Asked again, all come from the cache.
+  EXPECT_EQ((*masker)->AllowedMasks(states, 4), masks);
+  EXPECT_EQ((*masker)->cache_misses(), static_cast<int64_t>(distinct.size()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabularies, TokenMaskTest, ::testing::Values("qwen3", "llama2"));
 
 }  // namespace
