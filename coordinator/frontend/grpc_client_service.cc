@@ -15,6 +15,7 @@
 #include "coordinator/frontend/api_error.h"
 #include "coordinator/frontend/generation_session.h"
 #include "coordinator/frontend/response_common.h"
+#include "coordinator/structured/json_schema.h"
 #include "proto/grpc_status.h"
 
 namespace tandem::frontend {
@@ -63,6 +64,32 @@ absl::StatusOr<SamplingOptions> ToSamplingOptions(
   }
   s.logprobs = top_logprobs;
   for (const auto& [id, bias] : p.logit_bias()) s.logit_bias[id] = bias;
+  switch (p.constraint_case()) {
+    case proto::SamplingParams::kJsonSchema: {
+      auto schema = structured::CompiledSchema::Parse(p.json_schema());
+      if (!schema.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("'json_schema': unsupported JSON Schema: ", schema.status().message()));
+      }
+      s.json_schema = *std::move(schema);
+      break;
+    }
+    case proto::SamplingParams::kJsonObject:
+      s.json_object = p.json_object();
+      break;
+    case proto::SamplingParams::kChoice: {
+      const std::vector<std::string> choices(p.choice().choices().begin(),
+                                             p.choice().choices().end());
+      auto schema = structured::CompiledSchema::Choice(choices);
+      if (!schema.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("'choice': ", schema.status().message()));
+      }
+      s.json_schema = *std::move(schema);
+      break;
+    }
+    case proto::SamplingParams::CONSTRAINT_NOT_SET:
+      break;
+  }
   TANDEM_RETURN_IF_ERROR(ValidateSamplingOptions(s, options));
   return s;
 }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/frontend/testing/fake_backend.h"
 #include "coordinator/frontend/testing/fake_text_processor.h"
+#include "coordinator/structured/schema_grammar.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -171,6 +172,44 @@ TEST(GrpcClientServiceTest, MaxTokensEndsWithLengthAndSamplingIsPassedOn) {
   EXPECT_FLOAT_EQ(g->sampling.logit_bias.at(65), -3.5f);
 }
 
+// Structured outputs: a JSON Schema's text (properties in the order it
+// declares them), any JSON object, or one of a list of strings, passed on
+// compiled as the HTTP API passes them.
+TEST(GrpcClientServiceTest, ConstraintsArePassedOnCompiled) {
+  Harness h;
+  proto::GenerateRequest req = IdsRequest({10, 11});
+  req.mutable_sampling()->set_max_tokens(2);
+  req.mutable_sampling()->set_json_schema(
+      R"({"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "integer"}},
+          "required": ["b", "a"]})");
+  ASSERT_TRUE(h.Generate(req).status.ok());
+  auto g = h.backend.last_submitted();
+  ASSERT_TRUE(g.has_value() && g->sampling.json_schema != nullptr);
+  auto holds = [](const std::shared_ptr<const structured::CompiledSchema>& s,
+                  const std::string& text) {
+    structured::SchemaGrammar grammar(s.get());
+    return grammar.Feed(text) && grammar.IsComplete();
+  };
+  EXPECT_TRUE(holds(g->sampling.json_schema, R"({"b": 1, "a": 2})"));
+  EXPECT_FALSE(holds(g->sampling.json_schema, R"({"a": 2, "b": 1})"));
+  EXPECT_FALSE(g->sampling.json_object);
+
+  req.mutable_sampling()->set_json_object(true);
+  ASSERT_TRUE(h.Generate(req).status.ok());
+  g = h.backend.last_submitted();
+  EXPECT_TRUE(g->sampling.json_object);
+  EXPECT_EQ(g->sampling.json_schema, nullptr);
+
+  req.mutable_sampling()->mutable_choice()->add_choices("yes");
+  req.mutable_sampling()->mutable_choice()->add_choices("no");
+  ASSERT_TRUE(h.Generate(req).status.ok());
+  g = h.backend.last_submitted();
+  ASSERT_NE(g->sampling.json_schema, nullptr);
+  EXPECT_FALSE(g->sampling.json_object);
+  EXPECT_TRUE(holds(g->sampling.json_schema, "no"));
+  EXPECT_FALSE(holds(g->sampling.json_schema, "\"no\""));
+}
+
 TEST(GrpcClientServiceTest, StopStringCutsTheText) {
   Harness h;
   proto::GenerateRequest req = TextRequest("Hi");
@@ -279,40 +318,29 @@ struct BadCase {
 
 TEST(GrpcClientServiceTest, BadInputIsInvalidArgument) {
   const std::vector<BadCase> cases = {
-      {"negative max_tokens",
-       [](auto* r) { r->mutable_sampling()->set_max_tokens(-1); },
+      {"negative max_tokens", [](auto* r) { r->mutable_sampling()->set_max_tokens(-1); },
        "max_tokens"},
-      {"max_tokens past the context",
-       [](auto* r) { r->mutable_sampling()->set_max_tokens(254); },
+      {"max_tokens past the context", [](auto* r) { r->mutable_sampling()->set_max_tokens(254); },
        "maximum context length is 256"},
-      {"prompt fills the context",
-       [](auto* r) { r->set_text(std::string(255, 'a')); },
+      {"prompt fills the context", [](auto* r) { r->set_text(std::string(255, 'a')); },
        "your prompt is 256 tokens"},
       {"no prompt", [](auto* r) { r->clear_prompt(); }, "'prompt' is required"},
       {"empty token ids", [](auto* r) { r->mutable_token_ids()->clear_ids(); },
        "at least one token"},
-      {"token id out of vocabulary",
-       [](auto* r) { r->mutable_token_ids()->add_ids(999); },
+      {"token id out of vocabulary", [](auto* r) { r->mutable_token_ids()->add_ids(999); },
        "'token_ids[0]' must be in [0, 259], got 999"},
-      {"negative token id",
-       [](auto* r) { r->mutable_token_ids()->add_ids(-1); }, "token_ids[0]"},
-      {"temperature",
-       [](auto* r) { r->mutable_sampling()->set_temperature(3); },
+      {"negative token id", [](auto* r) { r->mutable_token_ids()->add_ids(-1); }, "token_ids[0]"},
+      {"temperature", [](auto* r) { r->mutable_sampling()->set_temperature(3); },
        "'temperature' must be in [0, 2], got 3"},
-      {"top_p", [](auto* r) { r->mutable_sampling()->set_top_p(1.5f); },
-       "top_p"},
+      {"top_p", [](auto* r) { r->mutable_sampling()->set_top_p(1.5f); }, "top_p"},
       {"top_k", [](auto* r) { r->mutable_sampling()->set_top_k(-2); }, "top_k"},
-      {"top_logprobs",
-       [](auto* r) { r->mutable_sampling()->set_top_logprobs(21); },
+      {"top_logprobs", [](auto* r) { r->mutable_sampling()->set_top_logprobs(21); },
        "'top_logprobs' must be in [-1, 20], got 21"},
-      {"logit_bias id",
-       [](auto* r) { (*r->mutable_sampling()->mutable_logit_bias())[999] = 1; },
+      {"logit_bias id", [](auto* r) { (*r->mutable_sampling()->mutable_logit_bias())[999] = 1; },
        "logit_bias token id 999 is out of vocabulary"},
-      {"logit_bias value",
-       [](auto* r) { (*r->mutable_sampling()->mutable_logit_bias())[5] = 101; },
+      {"logit_bias value", [](auto* r) { (*r->mutable_sampling()->mutable_logit_bias())[5] = 101; },
        "'logit_bias.5' must be in [-100, 100]"},
-      {"stop_token_ids",
-       [](auto* r) { r->mutable_sampling()->add_stop_token_ids(260); },
+      {"stop_token_ids", [](auto* r) { r->mutable_sampling()->add_stop_token_ids(260); },
        "stop_token_ids[0]"},
       {"too many stop strings",
        [](auto* r) {
@@ -321,6 +349,13 @@ TEST(GrpcClientServiceTest, BadInputIsInvalidArgument) {
        },
        "At most 4 stop sequences"},
       {"echo", [](auto* r) { r->set_echo(true); }, "echo"},
+      {"json_schema not JSON", [](auto* r) { r->mutable_sampling()->set_json_schema("{"); },
+       "'json_schema': unsupported JSON Schema: the schema is not valid JSON"},
+      {"json_schema not enforced",
+       [](auto* r) { r->mutable_sampling()->set_json_schema(R"({"multipleOf": 3})"); },
+       "'multipleOf' is not supported"},
+      {"no choices", [](auto* r) { r->mutable_sampling()->mutable_choice(); },
+       "'choice': there are no choices"},
   };
   Harness h;
   for (const BadCase& c : cases) {

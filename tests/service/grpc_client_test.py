@@ -6,6 +6,7 @@ request at once.
 
 usage: grpc_client_test.py TANDEM PROTO_DIR MODEL_DIR WORK_DIR
 """
+import json
 import os
 import re
 import sys
@@ -85,11 +86,6 @@ def main():
                      last.finish_reason == "length" and last.usage.completion_tokens == 12
                      and last.usage.prompt_tokens == http["usage"]["prompt_tokens"], str(last))
 
-        by_ids = pb.GenerateRequest(model="model", token_ids=pb.TokenIds(ids=[1, 415, 5566]),
-                                    sampling=pb.SamplingParams(max_tokens=5, ignore_eos=True))
-        got = [i for msg in stub.Generate(by_ids, timeout=60) for i in msg.token_ids]
-        checks.check("a token-id prompt generates", len(got) == 5, str(got))
-
         def code_of(request):
             try:
                 for _ in stub.Generate(request, timeout=30):
@@ -97,6 +93,35 @@ def main():
                 return grpc.StatusCode.OK
             except grpc.RpcError as e:
                 return e.code()
+
+        # A JSON Schema over gRPC: the same answer as the HTTP API's
+        # response_format for the same request, and an object of the schema.
+        schema = ('{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},'
+                  ' "count": {"type": "integer", "minimum": 0, "maximum": 99}}, "required": ["name", "count"]}')
+        req = pb.GenerateRequest(model="model", text=prompt, sampling=pb.SamplingParams(
+            max_tokens=400, json_schema=schema))
+        text = "".join(msg.text for msg in stub.Generate(req, timeout=60))
+        status, http = serve.post("/v1/completions", {
+            "model": "model", "prompt": prompt, "max_tokens": 400, "temperature": 0,
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "n", "schema": json.loads(schema)}}})
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        checks.check("a json_schema Generate answers as HTTP's response_format, by the schema",
+                     status == 200 and text == http["choices"][0]["text"]
+                     and isinstance(value, dict) and list(value) == ["name", "count"]
+                     and isinstance(value["count"], int) and len(value["name"]) <= 12,
+                     f"{text!r} vs {http}")
+        checks.check("a schema that cannot be enforced is INVALID_ARGUMENT",
+                     code_of(pb.GenerateRequest(model="model", text="x", sampling=pb.SamplingParams(
+                         json_schema='{"not": {}}'))) == grpc.StatusCode.INVALID_ARGUMENT)
+
+        by_ids = pb.GenerateRequest(model="model", token_ids=pb.TokenIds(ids=[1, 415, 5566]),
+                                    sampling=pb.SamplingParams(max_tokens=5, ignore_eos=True))
+        got = [i for msg in stub.Generate(by_ids, timeout=60) for i in msg.token_ids]
+        checks.check("a token-id prompt generates", len(got) == 5, str(got))
 
         checks.check("unknown model is NOT_FOUND",
                      code_of(pb.GenerateRequest(model="nope", text="x")) ==
