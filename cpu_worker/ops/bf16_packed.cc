@@ -9,6 +9,7 @@
 #include "common/dtype.h"
 #include "common/status_macros.h"
 #include "cpu_worker/ops/bf16_dot_linear.h"
+#include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/intrinsics.h"
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/stream_prefetch.h"
@@ -17,6 +18,9 @@ namespace tandem::ops::internal {
 namespace {
 
 #define TANDEM_BF16_PACKED __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+// The widening kernel and the code both kernels share: AVX-512F only, so
+// that nothing of it needs AVX512-BF16.
+#define TANDEM_AVX512_PACKED __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 // PackBf16's blocks: 32 inputs by 64 outputs, 16 input pairs of 256 bytes.
 constexpr int64_t kBlockK = 32, kRunN = 64;
@@ -24,8 +28,10 @@ constexpr int64_t kBlockBytes = kBlockK * kRunN * 2;
 constexpr int64_t kPairBytes = kRunN * 4;
 
 // Rows of x per pass over a run's blocks: 4 accumulators a row, so six
-// rows take 24 of the 32 vector registers next to the 4 weight vectors.
+// rows take 24 of the 32 vector registers next to the 4 weight vectors;
+// five beside the 8 widened ones (GroupWiden).
 constexpr int kGroupRows = 6;
+constexpr int kWidenGroupRows = 5;
 // Each group of rows passes over this many blocks (16 KiB, held in L1)
 // before the next group does, its accumulators stored and reloaded
 // unchanged between chunks, so the weight comes from DRAM once for all the
@@ -40,10 +46,17 @@ constexpr int64_t kSliceRows = 32;
 // at the first step.
 constexpr int64_t kUnfetchedBytes = 4096;
 
+// How x meets the weight: rounded to bf16 for vdpbf16ps (AVX512-BF16), or
+// kept in f32 against the weight widened exactly to f32 in registers.
+enum class Kind { kDot, kWiden };
+
 struct Task {
-  const uint8_t* w;   // the packed weight
-  int64_t blocks;     // blocks per run: (k + 31) / 32
-  const uint32_t* x;  // x as Bf16XBlocks writes it, as pairs of bf16
+  const uint8_t* w;  // the packed weight
+  int64_t blocks;    // blocks per run: (k + 31) / 32
+  // x in blocks of 32 inputs interleaved by row (block b of row r at
+  // (b * m + r) * 32 elements, zero-padded): bf16 as Bf16BlockRows writes
+  // it (kDot, read as pairs), or f32 (kWiden, F32BlockRows).
+  const void* x;
   int64_t m, n;
   const float* bias;
   float* y;
@@ -58,8 +71,12 @@ struct Task {
 // lets it, and is left to the hardware prefetchers: fetched in software
 // as above, one row read 30-32 GB/s whatever the sweep, against 33-35 in
 // the VM's slow bandwidth phase and 57-60 in its fast one without (4 and 6
-// rows 10-20 % faster too; BM_Bf16SmallBatchPaths path 7). `rate` is bytes
-// per step in 1/65536ths (no division in the loop).
+// rows 10-20 % faster too; BM_Bf16SmallBatchPaths path 7). The widening
+// kernel runs on Intel cores (AVX-512 without AVX512-BF16), where one
+// group is fetched too: on a 2-vCPU Skylake-SP VM one row read 15.6-16.5
+// GB/s so against 12.3-13.9 without (plain read sweep 17-18), four rows
+// 15.4-15.9 against 11.1-11.2. `rate` is bytes per step in 1/65536ths (no
+// division in the loop).
 struct Fetch {
   uintptr_t* cursor = nullptr;  // null: no prefetch
   uintptr_t origin = 0, end = 0;
@@ -69,7 +86,7 @@ struct Fetch {
 // Rows [i, i + R) of x against the blocks [b0, b0 + count) of run `run`,
 // added to acc (R x 64 floats, zeroed first if `first`).
 template <int R, PrefetchLevel L>
-TANDEM_BF16_PACKED void Group(const Task& t, int64_t run, int64_t b0, int64_t count, int64_t i,
+TANDEM_BF16_PACKED void GroupDot(const Task& t, int64_t run, int64_t b0, int64_t count, int64_t i,
                               bool first, float* acc, Fetch& f) {
   __m512 a[R][4];
 #pragma GCC unroll 6
@@ -84,7 +101,7 @@ TANDEM_BF16_PACKED void Group(const Task& t, int64_t run, int64_t b0, int64_t co
   uintptr_t cursor = f.cursor != nullptr ? *f.cursor : 0;
   for (int64_t b = 0; b < count; ++b, w += kBlockBytes) {
     // The block's 16 pairs of this group's rows: row r's at xb[r * 16 + p].
-    const uint32_t* xb = t.x + ((b0 + b) * t.m + i) * 16;
+    const uint32_t* xb = static_cast<const uint32_t*>(t.x) + ((b0 + b) * t.m + i) * 16;
 #pragma GCC unroll 2
     for (int p = 0; p < 16; ++p) {
       const uint8_t* wp = w + p * kPairBytes;
@@ -111,30 +128,101 @@ TANDEM_BF16_PACKED void Group(const Task& t, int64_t run, int64_t b0, int64_t co
   }
 }
 
-template <PrefetchLevel L>
-TANDEM_BF16_PACKED void GroupOf(int rows, const Task& t, int64_t run, int64_t b0, int64_t count,
-                                int64_t i, bool first, float* acc, Fetch& f) {
+// GroupDot's pass with the weight widened to f32 instead: each 64-byte
+// vector of 16 outputs' input pairs gives the even inputs' weights by a
+// shift (a bf16 is the upper half of the f32 of the same value) and the odd
+// ones' by a mask, and each meets its input of every row broadcast by an
+// FMA. The eight widened vectors of a pair step serve all R rows, so five
+// rows (20 accumulators, 8 weights, 2 broadcasts: 30 of the 32 registers)
+// keep the FMA port 91 % busy (40 FMAs to 4 shifts on it per pair step).
+// Every output sums its inputs in order, in f32: the products are exact,
+// as the in-place widening kernels' are (gemv.h); only the order of the
+// sums differs from theirs.
+template <int R, PrefetchLevel L>
+TANDEM_AVX512_PACKED void GroupWiden(const Task& t, int64_t run, int64_t b0, int64_t count,
+                                     int64_t i, bool first, float* acc, Fetch& f) {
+  __m512 a[R][4];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      a[r][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + r * kRunN + 16 * v);
+    }
+  }
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const uint8_t* w = t.w + (run * t.blocks + b0) * kBlockBytes;
+  uintptr_t cursor = f.cursor != nullptr ? *f.cursor : 0;
+  for (int64_t b = 0; b < count; ++b, w += kBlockBytes) {
+    // The block's 32 inputs of this group's rows: row r's at xb[r * 32].
+    const float* xb = static_cast<const float*>(t.x) + ((b0 + b) * t.m + i) * 32;
+#pragma GCC unroll 2
+    for (int p = 0; p < 16; ++p) {
+      const uint8_t* wp = w + p * kPairBytes;
+      if (f.cursor != nullptr) {
+        ++f.step;
+        FetchLinesUpTo<L>(&cursor, f.origin + ((f.step * f.rate) >> 16), f.end);
+      }
+      __m512 even[4], odd[4];
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        const __m512i wv = _mm512_load_si512(wp + 64 * v);
+        even[v] = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+        odd[v] = _mm512_castsi512_ps(_mm512_and_si512(wv, high));
+      }
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) {
+        const __m512 x0 = _mm512_set1_ps(xb[r * 32 + 2 * p]);
+        const __m512 x1 = _mm512_set1_ps(xb[r * 32 + 2 * p + 1]);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) {
+          a[r][v] = _mm512_fmadd_ps(even[v], x0, a[r][v]);
+          a[r][v] = _mm512_fmadd_ps(odd[v], x1, a[r][v]);
+        }
+      }
+    }
+  }
+  if (f.cursor != nullptr) *f.cursor = cursor;
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) _mm512_store_ps(acc + r * kRunN + 16 * v, a[r][v]);
+  }
+}
+
+template <int R, Kind K, PrefetchLevel L>
+TANDEM_AVX512_PACKED void Group(const Task& t, int64_t run, int64_t b0, int64_t count, int64_t i,
+                                bool first, float* acc, Fetch& f) {
+  if constexpr (K == Kind::kDot) {
+    GroupDot<R, L>(t, run, b0, count, i, first, acc, f);
+  } else {
+    GroupWiden<R, L>(t, run, b0, count, i, first, acc, f);
+  }
+}
+
+template <Kind K, PrefetchLevel L>
+TANDEM_AVX512_PACKED void GroupOf(int rows, const Task& t, int64_t run, int64_t b0,
+                                  int64_t count, int64_t i, bool first, float* acc, Fetch& f) {
   switch (rows) {
     case 1:
-      return Group<1, L>(t, run, b0, count, i, first, acc, f);
+      return Group<1, K, L>(t, run, b0, count, i, first, acc, f);
     case 2:
-      return Group<2, L>(t, run, b0, count, i, first, acc, f);
+      return Group<2, K, L>(t, run, b0, count, i, first, acc, f);
     case 3:
-      return Group<3, L>(t, run, b0, count, i, first, acc, f);
+      return Group<3, K, L>(t, run, b0, count, i, first, acc, f);
     case 4:
-      return Group<4, L>(t, run, b0, count, i, first, acc, f);
+      return Group<4, K, L>(t, run, b0, count, i, first, acc, f);
     case 5:
-      return Group<5, L>(t, run, b0, count, i, first, acc, f);
-    default:
-      return Group<6, L>(t, run, b0, count, i, first, acc, f);
+      return Group<5, K, L>(t, run, b0, count, i, first, acc, f);
+    default:  // six rows (GroupWiden takes five at most)
+      return Group<K == Kind::kDot ? 6 : 5, K, L>(t, run, b0, count, i, first, acc, f);
   }
 }
 
 // Runs [r0, r1) for all rows of x. Each slice of rows is shared out over
 // groups of near-equal size (16 rows: 6, 5, 5), which only decides which
 // rows are computed together: every output sums its pairs in order.
-template <PrefetchLevel L>
-TANDEM_BF16_PACKED void Runs(const Task& t, int64_t r0, int64_t r1) {
+template <Kind K, PrefetchLevel L>
+TANDEM_AVX512_PACKED void Runs(const Task& t, int64_t r0, int64_t r1) {
   const int64_t runs = (t.n + kRunN - 1) / kRunN;
   const uintptr_t end = reinterpret_cast<uintptr_t>(t.w + runs * t.blocks * kBlockBytes);
   uintptr_t cursor =
@@ -145,12 +233,13 @@ TANDEM_BF16_PACKED void Runs(const Task& t, int64_t r0, int64_t r1) {
     const int64_t outs = std::min(kRunN, t.n - j0);
     for (int64_t s0 = 0; s0 < t.m; s0 += kSliceRows) {
       const int64_t rows = std::min(kSliceRows, t.m - s0);
-      const int64_t groups = (rows + kGroupRows - 1) / kGroupRows;
+      constexpr int64_t kMaxRows = K == Kind::kDot ? kGroupRows : kWidenGroupRows;
+      const int64_t groups = (rows + kMaxRows - 1) / kMaxRows;
       for (int64_t b0 = 0; b0 < t.blocks; b0 += kChunkBlocks) {
         const int64_t count = std::min(kChunkBlocks, t.blocks - b0);
         const auto at = reinterpret_cast<uintptr_t>(t.w + (run * t.blocks + b0) * kBlockBytes);
         Fetch f;
-        if (s0 == 0 && groups > 1) {
+        if (s0 == 0 && (groups > 1 || K == Kind::kWiden)) {
           f.cursor = &cursor;
           f.end = end;
           const auto bytes = static_cast<uint64_t>(count * kBlockBytes);
@@ -160,7 +249,7 @@ TANDEM_BF16_PACKED void Runs(const Task& t, int64_t r0, int64_t r1) {
         int64_t i = 0;
         for (int64_t g = 0; g < groups; ++g) {
           const int size = static_cast<int>(rows / groups + (g < rows % groups ? 1 : 0));
-          GroupOf<L>(size, t, run, b0, count, s0 + i, b0 == 0, acc + i * kRunN, f);
+          GroupOf<K, L>(size, t, run, b0, count, s0 + i, b0 == 0, acc + i * kRunN, f);
           i += size;
         }
       }
@@ -175,9 +264,32 @@ TANDEM_BF16_PACKED void Runs(const Task& t, int64_t r0, int64_t r1) {
   }
 }
 
+// x's rows [r0, r1) in f32 blocks of 32 interleaved by row, as
+// Bf16BlockRows lays out bf16 ones: block b of row r at (b * m + r) * 32,
+// the last block zero-padded (the padding meets the weight's zero padding:
+// a zero, where whatever lies past x's end could be a NaN).
+TANDEM_AVX512_PACKED void F32BlockRows(const float* x, int64_t m, int64_t k, int64_t r0,
+                                       int64_t r1, float* dst) {
+  const int64_t blocks = (k + kBlockK - 1) / kBlockK;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* src = x + r * k;
+    for (int64_t b = 0; b < blocks; ++b) {
+      float* out = dst + (b * m + r) * kBlockK;
+      for (int h = 0; h < 2; ++h) {
+        const int64_t at = b * kBlockK + h * 16;
+        const int64_t left = std::clamp<int64_t>(k - at, 0, 16);
+        const auto mask = static_cast<__mmask16>((1u << left) - 1);
+        _mm512_storeu_ps(out + h * 16, _mm512_maskz_loadu_ps(mask, src + at));
+      }
+    }
+  }
+}
+
 }  // namespace
 
-bool PackedBf16KernelHere() { return CpuHasBf16(); }
+bool PackedBf16KernelHere() { return CpuHasBf16() || PackedBf16Widens(); }
+
+bool PackedBf16Widens() { return !CpuHasBf16() && MaxKernelIsa() >= KernelIsa::kAvx512; }
 
 int64_t PackedBf16Elements(int64_t n, int64_t k) {
   return (n + kRunN - 1) / kRunN * ((k + kBlockK - 1) / kBlockK) * kBlockK * kRunN;
@@ -197,11 +309,14 @@ void PackedBf16Linear(const float* x, int64_t m, const void* packed, int64_t n, 
 }
 
 void PackedBf16LinearGroup(const PackedBf16Call* calls, int64_t count) {
-  TANDEM_CHECK(PackedBf16KernelHere() && "the packed bf16 kernel needs AVX512-BF16");
-  // Per call: where its bf16 x begins in the scratch (a call on the same x
-  // as an earlier one reads that one's), in elements.
+  TANDEM_CHECK(PackedBf16KernelHere() && "the packed bf16 kernel needs AVX-512");
+  // CpuHasBf16 reads the environment: once per call, not per item.
+  const Kind kind = CpuHasBf16() ? Kind::kDot : Kind::kWiden;
+  const int64_t x_bytes = kind == Kind::kDot ? 2 : 4;
+  // Per call: where its x begins in the scratch (a call on the same x as
+  // an earlier one reads that one's), in bytes.
   thread_local std::vector<int64_t> x_at;
-  thread_local std::vector<uint16_t> scratch;
+  thread_local std::vector<uint8_t> scratch;
   thread_local std::vector<Task> tasks;
   struct Item {
     int64_t call, begin, end;  // rows of x to convert, or runs to compute
@@ -209,7 +324,7 @@ void PackedBf16LinearGroup(const PackedBf16Call* calls, int64_t count) {
   thread_local std::vector<Item> rows, items;
   x_at.assign(static_cast<size_t>(count), -1);
   rows.clear();
-  int64_t elements = 0, work = 0;
+  int64_t bytes = 0, work = 0;
   for (int64_t c = 0; c < count; ++c) {
     const PackedBf16Call& a = calls[c];
     TANDEM_CHECK(a.m >= 0 && a.n > 0 && a.k > 0 && a.w != nullptr);
@@ -220,18 +335,18 @@ void PackedBf16LinearGroup(const PackedBf16Call* calls, int64_t count) {
       if (b.x == a.x && b.m == a.m && b.k == a.k) x_at[c] = x_at[e];
     }
     if (x_at[c] < 0) {
-      x_at[c] = elements;
-      elements += a.m * ((a.k + kBlockK - 1) / kBlockK * kBlockK);
+      x_at[c] = bytes;
+      bytes += a.m * ((a.k + kBlockK - 1) / kBlockK * kBlockK) * x_bytes;
       for (int64_t r = 0; r < a.m; ++r) rows.push_back({c, r, r + 1});
     }
   }
   // 64-byte aligned, so that rows converted by different threads share no
   // line (each row's blocks are whole lines).
-  if (static_cast<int64_t>(scratch.size()) < elements + 32) {
-    scratch.resize(static_cast<size_t>(elements + 32));
+  if (static_cast<int64_t>(scratch.size()) < bytes + 64) {
+    scratch.resize(static_cast<size_t>(bytes + 64));
   }
-  uint16_t* const base =
-      reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+  uint8_t* const base =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
 
   // Items of about 1 MiB of weight (whole runs), handed out dynamically: a
   // thread's runs are one stream, and a thread that loses a time slice is
@@ -246,7 +361,7 @@ void PackedBf16LinearGroup(const PackedBf16Call* calls, int64_t count) {
     Task& t = tasks[static_cast<size_t>(c)];
     t.w = static_cast<const uint8_t*>(a.w);
     t.blocks = blocks;
-    t.x = reinterpret_cast<const uint32_t*>(base + x_at[c]);
+    t.x = base + x_at[c];
     t.m = a.m;
     t.n = a.n;
     t.bias = a.bias;
@@ -265,20 +380,33 @@ void PackedBf16LinearGroup(const PackedBf16Call* calls, int64_t count) {
   const auto item_count = static_cast<int64_t>(items.size());
 #pragma omp parallel if (parallel)
   {
-    // x rounded to bf16 on all the threads, then the products.
+    // x laid out in blocks (rounded to bf16 for vdpbf16ps) on all the
+    // threads, then the products.
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < row_count; ++i) {
       const Item& r = row_list[i];
       const PackedBf16Call& a = calls[r.call];
-      Bf16BlockRows(a.x, a.m, a.k, r.begin, r.end, base + x_offsets[r.call]);
+      void* dst = base + x_offsets[r.call];
+      if (kind == Kind::kDot) {
+        Bf16BlockRows(a.x, a.m, a.k, r.begin, r.end, static_cast<uint16_t*>(dst));
+      } else {
+        F32BlockRows(a.x, a.m, a.k, r.begin, r.end, static_cast<float*>(dst));
+      }
     }
 #pragma omp for schedule(dynamic)
     for (int64_t i = 0; i < item_count; ++i) {
       const Item& it = item_list[i];
-      if (l2) {
-        Runs<PrefetchLevel::kL2>(task_list[it.call], it.begin, it.end);
+      const Task& t = task_list[it.call];
+      if (kind == Kind::kDot) {
+        if (l2) {
+          Runs<Kind::kDot, PrefetchLevel::kL2>(t, it.begin, it.end);
+        } else {
+          Runs<Kind::kDot, PrefetchLevel::kL1>(t, it.begin, it.end);
+        }
+      } else if (l2) {
+        Runs<Kind::kWiden, PrefetchLevel::kL2>(t, it.begin, it.end);
       } else {
-        Runs<PrefetchLevel::kL1>(task_list[it.call], it.begin, it.end);
+        Runs<Kind::kWiden, PrefetchLevel::kL1>(t, it.begin, it.end);
       }
     }
   }
@@ -287,12 +415,13 @@ void PackedBf16LinearGroup(const PackedBf16Call* calls, int64_t count) {
 void ReferencePackedBf16Linear(const float* x, int64_t m, const void* packed, int64_t n, int64_t k,
                                const float* bias, float* y) {
   const auto* w = static_cast<const uint16_t*>(packed);
+  const bool round_x = !PackedBf16Widens();
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t j = 0; j < n; ++j) {
       double sum = 0.0;
       for (int64_t i = 0; i < k; ++i) {
-        sum += static_cast<double>(Bf16ToF32(F32ToBf16(x[r * k + i]))) *
-               static_cast<double>(Bf16ToF32(w[PackedBf16Index(j, i, k)]));
+        const float xi = round_x ? Bf16ToF32(F32ToBf16(x[r * k + i])) : x[r * k + i];
+        sum += static_cast<double>(xi) * static_cast<double>(Bf16ToF32(w[PackedBf16Index(j, i, k)]));
       }
       y[r * n + j] = static_cast<float>(sum) + (bias != nullptr ? bias[j] : 0.0f);
     }

@@ -158,7 +158,7 @@ absl::StatusOr<LinearWeight> LinearWeight::Create(const TensorView& w, ComputeTy
     // the reorder does (on the AMD EPYC VM, a stand-alone 0.92 GB packed in
     // 0.31 s so and in 1.33 s without; in the engine, where fresh pages
     // fault in slower, the gain is within the noise of the load time).
-    lw.type_ = ComputeType::kBF16;
+    lw.type_ = internal::PackedBf16Widens() ? ComputeType::kF32 : ComputeType::kBF16;
     lw.storage_ = WeightStorage::kBF16Packed;
     lw.nbytes_ = internal::PackedBf16Bytes(n, k);
     lw.owned_ = AllocateWeight(static_cast<size_t>(lw.nbytes_));
@@ -231,12 +231,14 @@ DType LinearWeight::block_type() const {
 namespace {
 
 // True if the calls can run as one PackedBf16LinearGroup: all on packed
-// bf16 weights, with decode-sized batches.
+// bf16 weights, with batches the kernel takes (decode-sized ones, or any
+// where it widens).
 bool PackedBf16Group(const LinearCall* calls, int64_t count) {
   if (!internal::PackedBf16KernelHere()) return false;
+  const bool any_rows = internal::PackedBf16Widens();
   for (int64_t c = 0; c < count; ++c) {
     if (calls[c].w->storage() != WeightStorage::kBF16Packed ||
-        calls[c].m > internal::kPackedBf16KernelMaxRows) {
+        (calls[c].m > internal::kPackedBf16KernelMaxRows && !any_rows)) {
       return false;
     }
   }
@@ -305,7 +307,8 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
     return;
   }
   if (w.storage() == WeightStorage::kBF16Packed) {
-    if (m <= internal::kPackedBf16KernelMaxRows && internal::PackedBf16KernelHere()) {
+    if (internal::PackedBf16Widens() ||
+        (m <= internal::kPackedBf16KernelMaxRows && internal::PackedBf16KernelHere())) {
       internal::PackedBf16Linear(x, m, w.data(), w.rows(), w.cols(), bias, y);
       return;
     }
@@ -414,7 +417,9 @@ bool Bf16UsesDotKernel(int64_t m) {
 // bf16 checkpoints are still converted.
 bool Bf16WidenedInPlace() { return MaxKernelIsa() >= KernelIsa::kAvx2; }
 
-bool Bf16PacksHere() { return CpuHasBf16() && !AmxUsable() && !OnednnBf16UsesAmx(); }
+bool Bf16PacksHere() {
+  return (CpuHasBf16() && !AmxUsable() && !OnednnBf16UsesAmx()) || PackedBf16Widens();
+}
 
 // The same kernels widen both 16-bit types.
 bool F16WidenedInPlace() { return Bf16WidenedInPlace(); }

@@ -28,7 +28,9 @@
 // software and shares x's rounding and one parallel region among grouped
 // calls (LinearGroup): on a Zen 4 EPYC VM dense decode B = 16 1.16x and
 // MoE decode 1.09-1.21x as fast as on oneDNN's (docs/PERFORMANCE.md);
-// larger ones (prefill) run on oneDNN's GEMM. A row's result is the same
+// larger ones (prefill) run on oneDNN's GEMM. AVX-512 CPUs without
+// AVX512-BF16 pack too, and run every batch on that kernel with the
+// weight widened to f32 in registers and x in f32 (compute type kF32). A row's result is the same
 // bits whatever the batch within each of the two classes.
 // The rest of this paragraph is about weights in place.
 // Decode-sized batches (internal::SmallBatchMaxRows) take a kernel that
@@ -49,7 +51,7 @@
 //
 // Batch invariance: a row's result is the same bits whatever else shares
 // the call, on packed bf16 weights within 1-32 rows and within 33 and
-// more, and, in place, for
+// more (for every batch where the packed kernel widens), and, in place, for
 // batches of up to SmallBatchMaxRows rows (4 with AMX, else
 // 16; the small-batch kernel's accumulation order does not depend on m),
 // within 2-32 rows on the AMX kernel and on the dot-product kernel (1 row
@@ -233,7 +235,11 @@ bool F16WidenedInPlace();
 // True if bf16 weights are packed for oneDNN where the caller allows it
 // (WeightLayout::kCpuPacked): on CPUs with bf16 GEMMs but without usable
 // AMX (whose kernels, measured on Sapphire Rapids, read weights in place;
-// the packed layout was measured on AMD EPYC only).
+// the packed layout was measured on AMD EPYC only), and on AVX-512 CPUs
+// without them, whose packed kernel widens the weights in registers for
+// every batch (bf16_packed.h: PackedBf16Widens; on a Skylake-SP VM dense
+// decode B = 16 ran 1.8x as fast as on the in-place kernels, prefill of
+// 128 tokens 1.3x, docs/PERFORMANCE.md).
 bool Bf16PacksHere();
 // Packed bf16 batches that reach oneDNN (past kPackedBf16KernelMaxRows
 // rows, or where the packed kernel does not run) of up to this many rows

@@ -261,7 +261,11 @@ absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n,
       r.path = "ops::Linear, f32 weights (oneDNN f32 GEMM)";
       break;
     case GemmKind::kBF16:
-      r.path = lw.storage() == ops::WeightStorage::kBF16Packed
+      r.path = lw.storage() == ops::WeightStorage::kBF16Packed &&
+                       lw.compute_type() == ops::ComputeType::kF32
+                   ? "ops::Linear, bf16 weights packed, widened to f32 in the packed kernel "
+                     "(no AVX512-BF16)"
+               : lw.storage() == ops::WeightStorage::kBF16Packed
                    ? "ops::Linear, bf16 weights packed (oneDNN bf16 GEMM: AVX512-BF16)"
                : lw.compute_type() == ops::ComputeType::kBF16
                    ? "ops::Linear, bf16 weights (oneDNN bf16 GEMM: AVX512-BF16/AMX)"

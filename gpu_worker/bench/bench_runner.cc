@@ -178,7 +178,11 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   const ops::WeightStorage first = engine->weights().layers.empty()
                                        ? ops::WeightStorage::kF32
                                        : engine->weights().layers[0].q.storage();
-  if (first == ops::WeightStorage::kBF16Packed) {
+  if (first == ops::WeightStorage::kBF16Packed && ops::internal::PackedBf16Widens()) {
+    r.model.compute =
+        "bf16, packed at load in oneDNN's layout; widened to f32 in the packed kernel's registers "
+        "for every batch (no AVX512-BF16)";
+  } else if (first == ops::WeightStorage::kBF16Packed) {
     r.model.compute = absl::StrCat(
         "bf16, packed at load in oneDNN's layout; the packed bf16 kernel in decode up to ",
         ops::internal::kPackedBf16KernelMaxRows, " rows, oneDNN's GEMM above");
