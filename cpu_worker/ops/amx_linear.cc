@@ -93,7 +93,8 @@ TANDEM_AMX int ProbeChild() {
 }
 
 bool Probe() {
-  if (MaxKernelIsa() < KernelIsa::kAvx512 || CpuIsaForcedF32()) return false;
+  // (AMX CPUs have AVX512-VNNI: TANDEM_CPU_ISA=avx512 rules AMX out too.)
+  if (MaxKernelIsa() < KernelIsa::kAvx512Vnni || CpuIsaForcedF32()) return false;
   const CpuFeatures& f = HostCpuFeatures();
   if (!f.amx_bf16 || !f.os_amx || !f.avx512_bf16) return false;
   if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;

@@ -88,6 +88,7 @@ KernelIsa MaxKernelIsa() {
     }
     const char* v = std::getenv("TANDEM_CPU_ISA");
     KernelIsa cap = KernelIsa::kAvx512Vnni;
+    if (v != nullptr && std::strcmp(v, "avx512") == 0) cap = KernelIsa::kAvx512;
     if (v != nullptr && std::strcmp(v, "avx2") == 0) cap = KernelIsa::kAvx2;
     if (v != nullptr && std::strcmp(v, "scalar") == 0) cap = KernelIsa::kScalar;
     return std::min(best, cap);
@@ -140,8 +141,10 @@ std::string CpuFeaturesString(const CpuFeatures& f) {
   return s;
 }
 
+// Every CPU with AVX512-BF16 has AVX512-VNNI too; requiring the VNNI level
+// makes TANDEM_CPU_ISA=avx512 stand for a CPU with neither (Skylake-SP).
 bool CpuHasBf16() {
-  return HostCpuFeatures().avx512_bf16 && MaxKernelIsa() >= KernelIsa::kAvx512 &&
+  return HostCpuFeatures().avx512_bf16 && MaxKernelIsa() >= KernelIsa::kAvx512Vnni &&
          !CpuIsaForcedF32();
 }
 

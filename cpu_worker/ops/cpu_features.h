@@ -39,10 +39,12 @@ enum class KernelIsa {
   kAvx512Vnni,  // kAvx512 + AVX512-VNNI
 };
 
-// The best level the host supports, capped by TANDEM_CPU_ISA=avx2 or
-// TANDEM_CPU_ISA=scalar (so tests and users can force the fallbacks; oneDNN
-// is capped at AVX2 or SSE4.1 with them, onednn_matmul.cc). Probed and read
-// once, at the first call.
+// The best level the host supports, capped by TANDEM_CPU_ISA=avx512 (no
+// VNNI, bf16 or AMX kernels: a Skylake-SP's on a later CPU), =avx2 or
+// =scalar (so tests
+// and users can force the fallbacks; oneDNN is capped at AVX2 or SSE4.1
+// with the last two, onednn_matmul.cc). Probed and read once, at the first
+// call.
 KernelIsa MaxKernelIsa();
 
 // "scalar", "avx2", "avx512", "avx512_vnni".

@@ -136,13 +136,16 @@ struct PackedTask {
   float* y;  // [m, n]
 };
 
-// Output columns [n0, n1) for all m rows, on the packed weight.
+// Output columns [n0, n1) for all m rows, on the packed weight: with
+// vpdpbusd (AVX512-VNNI), or its exact equivalent in AVX-512 BW (the same
+// bits, quant_packed_avx512bw.cc).
 void PackedRowsAvx512Vnni(const PackedTask& t, int64_t n0, int64_t n1);
+void PackedRowsAvx512Bw(const PackedTask& t, int64_t n0, int64_t n1);
 // One row of x of nb blocks into (nb + 15) / 16 ActQ8Packed: the same bits
-// as QuantizeBlock per block, sixteen lanes at a time.
+// as QuantizeBlock per block, sixteen lanes at a time (AVX-512 BW).
 void PrepPackedQ8RowAvx512(const float* x, int64_t nb, ActQ8Packed* out);
-// Packed rows [r0, r0 + rows) of type t dequantized to f32 or bf16 (dst
-// rows k apart).
+// Packed rows [r0, r0 + rows) of type t dequantized to f32 (AVX-512 BW) or
+// bf16 (AVX512-BF16) (dst rows k apart).
 void DequantPackedAvx512(DType t, const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0,
                          int64_t rows, float* dst);
 void DequantPackedBf16Avx512(DType t, const uint8_t* w, int64_t row_bytes, int64_t k, int64_t r0,

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "cpu_worker/ops/amx_linear.h"
 #include "cpu_worker/ops/cpu_features.h"
+#include "cpu_worker/ops/linear.h"
 #include "cpu_worker/ops/quant_gemv_kernels.h"
 #include "cpu_worker/ops/stream_prefetch.h"
 
@@ -67,9 +68,18 @@ void PackRow(DType t, const void* blocks, int64_t nb, uint8_t* dst) {
   }
 }
 
-bool Avx512Vnni() {
-  static const bool yes = MaxKernelIsa() >= KernelIsa::kAvx512Vnni;
+// The kernel runs on AVX-512 BW: with vpdpbusd where the CPU has
+// AVX512-VNNI, else with its exact equivalent (quant_packed_avx512bw.cc).
+bool PackedKernelRuns() {
+  static const bool yes = MaxKernelIsa() >= KernelIsa::kAvx512;
   return yes;
+}
+
+using RowsFn = void (*)(const quant::PackedTask&, int64_t, int64_t);
+RowsFn PackedRows() {
+  static const RowsFn rows = MaxKernelIsa() >= KernelIsa::kAvx512Vnni ? quant::PackedRowsAvx512Vnni
+                                                                        : quant::PackedRowsAvx512Bw;
+  return rows;
 }
 
 }  // namespace
@@ -99,7 +109,7 @@ int64_t PackedQuantRowBytes(DType t, int64_t k) {
 
 int64_t PackedQuantBytes(DType t, int64_t n, int64_t k) { return n * PackedQuantRowBytes(t, k); }
 
-bool QuantPacksHere() { return Avx512Vnni() && !AmxUsable(); }
+bool QuantPacksHere() { return PackedKernelRuns() && !AmxUsable(); }
 
 void PackQuant(DType t, const void* src, int64_t n, int64_t k, void* dst) {
   TANDEM_CHECK(PacksAsQuant(t) && n > 0 && k > 0 && k % kBlock == 0);
@@ -146,7 +156,7 @@ void PackedQuantLinear(DType t, const float* x, int64_t m, const void* w, int64_
 }
 
 void PackedQuantLinearGroup(const PackedQuantCall* calls, int64_t count) {
-  TANDEM_CHECK(Avx512Vnni() && "packed quantized weights need AVX512-VNNI");
+  TANDEM_CHECK(PackedKernelRuns() && "packed quantized weights need AVX-512 BW");
   // Per call: where its activations begin in the scratch (a call on the same
   // x as an earlier one reads that one's), and whether it quantizes them.
   thread_local std::vector<int64_t> act_at;
@@ -215,23 +225,25 @@ void PackedQuantLinearGroup(const PackedQuantCall* calls, int64_t count) {
   const Item* const item_list = items.data();
   const quant::PackedTask* const task_list = tasks.data();
   const auto total = static_cast<int64_t>(items.size());
+  const RowsFn rows = PackedRows();
 #pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t i = 0; i < total; ++i) {
     const Item& it = item_list[i];
-    quant::PackedRowsAvx512Vnni(task_list[it.task], it.n0, it.n1);
+    rows(task_list[it.task], it.n0, it.n1);
   }
 }
 
 void DequantPackedQuantRows(DType t, const void* w, int64_t k, int64_t r0, int64_t rows,
                             float* dst) {
-  TANDEM_CHECK(Avx512Vnni() && "packed quantized weights need AVX512-VNNI");
+  TANDEM_CHECK(PackedKernelRuns() && "packed quantized weights need AVX-512 BW");
   quant::DequantPackedAvx512(t, static_cast<const uint8_t*>(w), PackedQuantRowBytes(t, k), k, r0,
                              rows, dst);
 }
 
 void DequantPackedQuantRowsBf16(DType t, const void* w, int64_t k, int64_t r0, int64_t rows,
                                 uint16_t* dst) {
-  TANDEM_CHECK(Avx512Vnni() && "packed quantized weights need AVX512-VNNI");
+  TANDEM_CHECK(CpuHasBf16() && MaxKernelIsa() >= KernelIsa::kAvx512Vnni &&
+               "packed quantized weights dequantize to bf16 with AVX512-BF16 and VNNI");
   quant::DequantPackedBf16Avx512(t, static_cast<const uint8_t*>(w), PackedQuantRowBytes(t, k), k,
                                  r0, rows, dst);
 }

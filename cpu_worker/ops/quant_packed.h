@@ -1,6 +1,7 @@
 // GGUF Q8_0, Q4_0 and Q4_1 weights repacked once at load for the
 // AVX512-VNNI int8 kernel (the host device's own weights,
-// WeightLayout::kCpuPacked, as packed bf16 is).
+// WeightLayout::kCpuPacked, as packed bf16 is), which also runs, with the
+// same bits, on AVX-512 CPUs without VNNI (quant_packed_avx512bw.cc).
 //
 // A GGUF Q8_0 row is blocks of an f16 scale and 32 signed bytes. Read in
 // place, every pair of blocks costs the int8 kernel (quant_gemv_avx512.cc)
@@ -65,8 +66,9 @@ int64_t PackedQuantRowBytes(DType t, int64_t k);
 int64_t PackedQuantBytes(DType t, int64_t n, int64_t k);
 
 // True if GGUF quantized weights are packed where the caller allows it
-// (WeightLayout::kCpuPacked): on CPUs with AVX512-VNNI and without usable
-// AMX (whose kernels read the blocks in place; not measured packed).
+// (WeightLayout::kCpuPacked): on CPUs with AVX-512 BW (VNNI or not) and
+// without usable AMX (whose kernels read the blocks in place; not measured
+// packed).
 bool QuantPacksHere();
 
 // Writes the n GGUF rows of type t at `src` (k / 32 blocks each) packed to
@@ -87,7 +89,7 @@ inline constexpr int64_t kPackedQuantMaxRows = 32;
 
 // y[m, n] = x[m, k] · W^T (+ bias[n]) on the packed [n, k] weight `w` of
 // type t, with x quantized per block of 32 as QuantLinear does. Needs
-// AVX512-VNNI (QuantPacksHere). Any m works; uses a thread-local scratch of
+// AVX-512 BW (QuantPacksHere). Any m works; uses a thread-local scratch of
 // about 1.25 * m * k bytes, grown once.
 void PackedQuantLinear(DType t, const float* x, int64_t m, const void* w, int64_t n, int64_t k,
                        const float* bias, float* y);

@@ -99,7 +99,8 @@ TEST(QuantPackedTest, UnpacksToTheSameBlocksAndPadsWithZeros) {
   }
 }
 
-bool KernelRuns() { return MaxKernelIsa() >= KernelIsa::kAvx512Vnni; }
+// The packed kernel runs on AVX-512 BW, with or without VNNI.
+bool KernelRuns() { return MaxKernelIsa() >= KernelIsa::kAvx512; }
 
 // sum_l |x_hat[i, l] * w[j, l]| (+ |bias|): the scale of an output's
 // rounding error. Q4_1's kernel adds m_w * d_x * sum of q apart from the
@@ -117,7 +118,7 @@ double Magnitude(const std::vector<float>& xh, int64_t i, const QuantWeight& w, 
 // against the in-place int8 kernel (the same products, summed in another
 // order) the same bound twice.
 TEST(QuantPackedTest, KernelMatchesTheReferenceAndTheInPlaceKernel) {
-  if (!KernelRuns()) GTEST_SKIP() << "no AVX512-VNNI (or TANDEM_CPU_ISA caps it)";
+  if (!KernelRuns()) GTEST_SKIP() << "no AVX-512 BW (or TANDEM_CPU_ISA caps it)";
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
@@ -137,7 +138,7 @@ TEST(QuantPackedTest, KernelMatchesTheReferenceAndTheInPlaceKernel) {
         ReferenceLinear(xh.data(), m, w.deq.data(), n, k, bias.data(), ref.data());
         internal::PackedQuantLinear(t, x.data(), m, w.packed.data(), n, k, bias.data(), y.data());
         internal::QuantLinear(x.data(), m, w.blocks.data(), t, n, k, bias.data(), y0.data(),
-                              KernelIsa::kAvx512Vnni);
+                              MaxKernelIsa());
         int failures = 0;
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < n; ++j) {
@@ -160,7 +161,7 @@ TEST(QuantPackedTest, KernelMatchesTheReferenceAndTheInPlaceKernel) {
 // A row's result is the same bits whatever else shares the call and
 // however many threads run it (its superblocks are summed in order).
 TEST(QuantPackedTest, RowResultDoesNotDependOnTheBatchOrThreads) {
-  if (!KernelRuns()) GTEST_SKIP() << "no AVX512-VNNI (or TANDEM_CPU_ISA caps it)";
+  if (!KernelRuns()) GTEST_SKIP() << "no AVX-512 BW (or TANDEM_CPU_ISA caps it)";
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
@@ -190,7 +191,7 @@ TEST(QuantPackedTest, RowResultDoesNotDependOnTheBatchOrThreads) {
 // The kernel's vectorized activation quantization and interleaving against
 // the plain loop, byte for byte, on activations hard to quantize.
 TEST(QuantPackedTest, QuantizesActivationsAsThePlainLoop) {
-  if (!KernelRuns()) GTEST_SKIP() << "no AVX512-VNNI (or TANDEM_CPU_ISA caps it)";
+  if (!KernelRuns()) GTEST_SKIP() << "no AVX-512 BW (or TANDEM_CPU_ISA caps it)";
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
@@ -219,7 +220,7 @@ TEST(QuantPackedTest, QuantizesActivationsAsThePlainLoop) {
 // The larger batches' dequantization: the values ConvertToF32 gives the
 // blocks in place, bit for bit (and their bf16 rounding).
 TEST(QuantPackedTest, DequantizesAsTheBlocksInPlace) {
-  if (!KernelRuns()) GTEST_SKIP() << "no AVX512-VNNI (or TANDEM_CPU_ISA caps it)";
+  if (!KernelRuns()) GTEST_SKIP() << "no AVX-512 BW (or TANDEM_CPU_ISA caps it)";
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
@@ -230,12 +231,64 @@ TEST(QuantPackedTest, DequantizesAsTheBlocksInPlace) {
       const int64_t r0 = 2, rows = 4;
       std::vector<float> f(static_cast<size_t>(rows * k), NAN);
       std::vector<uint16_t> h(static_cast<size_t>(rows * k), 0xffff);
+      // bf16 where the GEMMs take it (AVX512-BF16, which comes with VNNI).
+      const bool bf16 = CpuHasBf16();
       internal::DequantPackedQuantRows(t, w.packed.data(), k, r0, rows, f.data());
-      internal::DequantPackedQuantRowsBf16(t, w.packed.data(), k, r0, rows, h.data());
+      if (bf16) internal::DequantPackedQuantRowsBf16(t, w.packed.data(), k, r0, rows, h.data());
       for (int64_t i = 0; i < rows * k; ++i) {
         const float want = w.deq[static_cast<size_t>(r0 * k + i)];
         ASSERT_EQ(f[i], want) << "element " << i;
-        ASSERT_EQ(h[i], F32ToBf16(want)) << "element " << i;
+        if (bf16) {
+          ASSERT_EQ(h[i], F32ToBf16(want)) << "element " << i;
+        }
+      }
+    }
+  }
+}
+
+// The kernel without VNNI gives the VNNI kernel's bits: its integer sums
+// are vpdpbusd's exactly (quant_packed_avx512bw.cc), Q8_0's bytes of 128
+// and more included. Runs where both do (AVX512-VNNI); on a Skylake-SP the
+// comparisons above hold it to the reference instead.
+TEST(QuantPackedTest, WithoutVnniTheKernelGivesTheVnniKernelsBits) {
+  if (MaxKernelIsa() < KernelIsa::kAvx512Vnni) {
+    GTEST_SKIP() << "no AVX512-VNNI here (or TANDEM_CPU_ISA caps it) to compare with";
+  }
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (DType t : kTypes) {
+    for (int64_t k : kWidths) {
+      for (int64_t m : {1, 2, 5, 17}) {
+        SCOPED_TRACE(::testing::Message() << Name(t) << ", k " << k << ", m " << m);
+        const int64_t n = 1 + static_cast<int64_t>(rng() % 40);
+        const QuantWeight w = MakeQuant(rng, t, n, k);
+        // Activations at the extremes of the int8 range as well, so that the
+        // pairs of products reach their largest magnitudes.
+        const std::vector<float> x = HardToQuantize(rng, m * k);
+        const std::vector<float> bias = Normal(rng, n);
+        const int64_t supers = (k / 32 + 15) / 16;
+        std::vector<internal::quant::ActQ8Packed> acts(static_cast<size_t>(m * supers));
+        for (int64_t i = 0; i < m; ++i) {
+          internal::quant::PrepPackedQ8RowAvx512(x.data() + i * k, k / 32,
+                                                 acts.data() + i * supers);
+        }
+        std::vector<float> vnni(static_cast<size_t>(m * n), NAN), bw(vnni.size(), NAN);
+        internal::quant::PackedTask task;
+        task.t = t;
+        task.w = w.packed.data();
+        task.row_bytes = PackedQuantRowBytes(t, k);
+        task.m = m;
+        task.n = n;
+        task.k = k;
+        task.acts = acts.data();
+        task.act_stride = supers;
+        task.bias = bias.data();
+        task.y = vnni.data();
+        internal::quant::PackedRowsAvx512Vnni(task, 0, n);
+        task.y = bw.data();
+        internal::quant::PackedRowsAvx512Bw(task, 0, n);
+        ASSERT_EQ(std::memcmp(vnni.data(), bw.data(), vnni.size() * sizeof(float)), 0);
       }
     }
   }
@@ -293,7 +346,7 @@ TEST(QuantPackedTest, LinearWeightPacksOnlyForTheCpuAndAgreesWithTheBlocksInPlac
     ASSERT_TRUE(packed.ok() && in_place.ok());
     if (!internal::QuantPacksHere()) {
       EXPECT_EQ(packed->storage(), InPlaceStorage(t));
-      GTEST_SKIP() << "quantized weights are not packed here (no AVX512-VNNI, or AMX is usable)";
+      GTEST_SKIP() << "quantized weights are not packed here (no AVX-512 BW, or AMX is usable)";
     }
     ASSERT_EQ(packed->storage(), PackedStorage(t));
     EXPECT_TRUE(packed->quantized());
