@@ -10,6 +10,7 @@
 #include "common/mapped_file.h"
 #include "common/status_macros.h"
 #include "cpu_worker/ops/bf16_packed.h"
+#include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/linear.h"
 #include "cpu_worker/perf/machine_info.h"
 #include "cpu_worker/perf/machine_probe.h"
@@ -188,16 +189,19 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
         ops::internal::kPackedBf16KernelMaxRows, " rows, oneDNN's GEMM above");
   } else if (!engine->weights().layers.empty() && engine->weights().layers[0].q.packed_quant()) {
     const std::string type(DTypeName(engine->weights().layers[0].q.block_type()));
-    r.model.compute =
-        absl::StrCat(type, " packed for the int8 kernel at load; int8 in decode up to ",
-                     perf::Int8KernelMaxRows(), " rows, dequantized to bf16 above and in prefill");
+    r.model.compute = absl::StrCat(
+        type, " packed for the int8 kernel at load (",
+        ops::MaxKernelIsa() >= ops::KernelIsa::kAvx512Vnni ? "vpdpbusd" : "no VNNI: vpmaddubsw",
+        "); int8 in decode up to ", perf::Int8KernelMaxRows(), " rows, dequantized to ",
+        ops::CpuHasBf16() ? "bf16" : "f32", " above and in prefill");
   } else if (st == "f32" || (st == "bf16" && ops::CpuHasBf16())) {
     r.model.compute = st;
   } else if (st == "bf16" || st == "f16") {
     r.model.compute = absl::StrCat(st, " widened to f32");
   } else {
     r.model.compute = absl::StrCat("int8 kernels in decode up to ", perf::Int8KernelMaxRows(),
-                                   " rows, dequantized to bf16 above and in prefill");
+                                   " rows, dequantized to ", ops::CpuHasBf16() ? "bf16" : "f32",
+                                   " above and in prefill");
   }
   if (st == "q4_0" || st == "q4_1") peaks.int8_gflops = r.gemm_int8_q4.value.max;
   if (r.model.config.is_moe()) {
