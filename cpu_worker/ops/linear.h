@@ -238,8 +238,8 @@ bool F16WidenedInPlace();
 // the packed layout was measured on AMD EPYC only), and on AVX-512 CPUs
 // without them, whose packed kernel widens the weights in registers for
 // every batch (bf16_packed.h: PackedBf16Widens; on a Skylake-SP VM dense
-// decode B = 16 ran 1.8x as fast as on the in-place kernels, prefill of
-// 128 tokens 1.3x, docs/PERFORMANCE.md).
+// decode B = 16 ran 1.5-1.8x as fast as on the in-place kernels, prefill
+// of 128 tokens 1.3-1.6x, docs/PERFORMANCE.md).
 bool Bf16PacksHere();
 // Packed bf16 batches that reach oneDNN (past kPackedBf16KernelMaxRows
 // rows, or where the packed kernel does not run) of up to this many rows
