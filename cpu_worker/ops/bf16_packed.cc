@@ -83,12 +83,19 @@ struct Fetch {
   uint64_t rate = 0, step = 0;
 };
 
-// Rows [i, i + R) of x against the blocks [b0, b0 + count) of run `run`,
-// added to acc (R x 64 floats, zeroed first if `first`).
-template <int R, PrefetchLevel L>
-TANDEM_BF16_PACKED void GroupDot(const Task& t, int64_t run, int64_t b0, int64_t count, int64_t i,
-                              bool first, float* acc, Fetch& f) {
-  __m512 a[R][4];
+// One pair step's share of the prefetch (nothing where f has no cursor).
+template <PrefetchLevel L>
+inline void FetchStep(Fetch& f, uintptr_t* cursor) {
+  if (f.cursor == nullptr) return;
+  ++f.step;
+  FetchLinesUpTo<L>(cursor, f.origin + ((f.step * f.rate) >> 16), f.end);
+}
+
+// A group's R x 64 accumulators from `acc` (zero if `first`), and back.
+// (AVX-512F only, so that they inline into both kernels' groups.)
+template <int R>
+TANDEM_AVX512_PACKED inline void LoadAccumulators(__m512 (&a)[R][4], const float* acc,
+                                                  bool first) {
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
@@ -96,6 +103,23 @@ TANDEM_BF16_PACKED void GroupDot(const Task& t, int64_t run, int64_t b0, int64_t
       a[r][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + r * kRunN + 16 * v);
     }
   }
+}
+template <int R>
+TANDEM_AVX512_PACKED inline void StoreAccumulators(const __m512 (&a)[R][4], float* acc) {
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) _mm512_store_ps(acc + r * kRunN + 16 * v, a[r][v]);
+  }
+}
+
+// Rows [i, i + R) of x against the blocks [b0, b0 + count) of run `run`,
+// added to acc (R x 64 floats, zeroed first if `first`).
+template <int R, PrefetchLevel L>
+TANDEM_BF16_PACKED void GroupDot(const Task& t, int64_t run, int64_t b0, int64_t count, int64_t i,
+                              bool first, float* acc, Fetch& f) {
+  __m512 a[R][4];
+  LoadAccumulators<R>(a, acc, first);
   const uint8_t* w = t.w + (run * t.blocks + b0) * kBlockBytes;
   // The cursor in a register over the loop, not through the pointer.
   uintptr_t cursor = f.cursor != nullptr ? *f.cursor : 0;
@@ -105,10 +129,7 @@ TANDEM_BF16_PACKED void GroupDot(const Task& t, int64_t run, int64_t b0, int64_t
 #pragma GCC unroll 2
     for (int p = 0; p < 16; ++p) {
       const uint8_t* wp = w + p * kPairBytes;
-      if (f.cursor != nullptr) {
-        ++f.step;
-        FetchLinesUpTo<L>(&cursor, f.origin + ((f.step * f.rate) >> 16), f.end);
-      }
+      FetchStep<L>(f, &cursor);
       __m512bh wv[4];
 #pragma GCC unroll 4
       for (int v = 0; v < 4; ++v) wv[v] = (__m512bh)_mm512_load_si512(wp + 64 * v);
@@ -121,11 +142,7 @@ TANDEM_BF16_PACKED void GroupDot(const Task& t, int64_t run, int64_t b0, int64_t
     }
   }
   if (f.cursor != nullptr) *f.cursor = cursor;
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) _mm512_store_ps(acc + r * kRunN + 16 * v, a[r][v]);
-  }
+  StoreAccumulators<R>(a, acc);
 }
 
 // GroupDot's pass with the weight widened to f32 instead: each 64-byte
@@ -142,13 +159,7 @@ template <int R, PrefetchLevel L>
 TANDEM_AVX512_PACKED void GroupWiden(const Task& t, int64_t run, int64_t b0, int64_t count,
                                      int64_t i, bool first, float* acc, Fetch& f) {
   __m512 a[R][4];
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      a[r][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + r * kRunN + 16 * v);
-    }
-  }
+  LoadAccumulators<R>(a, acc, first);
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   const uint8_t* w = t.w + (run * t.blocks + b0) * kBlockBytes;
   uintptr_t cursor = f.cursor != nullptr ? *f.cursor : 0;
@@ -158,10 +169,7 @@ TANDEM_AVX512_PACKED void GroupWiden(const Task& t, int64_t run, int64_t b0, int
 #pragma GCC unroll 2
     for (int p = 0; p < 16; ++p) {
       const uint8_t* wp = w + p * kPairBytes;
-      if (f.cursor != nullptr) {
-        ++f.step;
-        FetchLinesUpTo<L>(&cursor, f.origin + ((f.step * f.rate) >> 16), f.end);
-      }
+      FetchStep<L>(f, &cursor);
       __m512 even[4], odd[4];
 #pragma GCC unroll 4
       for (int v = 0; v < 4; ++v) {
@@ -182,11 +190,7 @@ TANDEM_AVX512_PACKED void GroupWiden(const Task& t, int64_t run, int64_t b0, int
     }
   }
   if (f.cursor != nullptr) *f.cursor = cursor;
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) _mm512_store_ps(acc + r * kRunN + 16 * v, a[r][v]);
-  }
+  StoreAccumulators<R>(a, acc);
 }
 
 template <int R, Kind K, PrefetchLevel L>
@@ -421,7 +425,8 @@ void ReferencePackedBf16Linear(const float* x, int64_t m, const void* packed, in
       double sum = 0.0;
       for (int64_t i = 0; i < k; ++i) {
         const float xi = round_x ? Bf16ToF32(F32ToBf16(x[r * k + i])) : x[r * k + i];
-        sum += static_cast<double>(xi) * static_cast<double>(Bf16ToF32(w[PackedBf16Index(j, i, k)]));
+        const float wi = Bf16ToF32(w[PackedBf16Index(j, i, k)]);
+        sum += static_cast<double>(xi) * static_cast<double>(wi);
       }
       y[r * n + j] = static_cast<float>(sum) + (bias != nullptr ? bias[j] : 0.0f);
     }

@@ -80,9 +80,10 @@ struct PackedBf16Call {
 
 // The calls, each the same bits as PackedBf16Linear gives it, in one
 // parallel region, with x laid out (rounded to bf16 unless widening) once
-// for calls on the same x (m and k) and on all the threads: a decode step's q, k and v (and an MLP's
-// gate and up) are matrices of a few MB, and every region's start and end,
-// and a rounding of x on one thread while the other waits, cost both.
+// for calls on the same x (m and k) and on all the threads: a decode
+// step's q, k and v (and an MLP's gate and up) are matrices of a few MB,
+// and every region's start and end, and a rounding of x on one thread
+// while the other waits, cost both.
 void PackedBf16LinearGroup(const PackedBf16Call* calls, int64_t count);
 
 // The plain loop the kernel is tested against: the packed weight read back

@@ -279,7 +279,8 @@ absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n,
             absl::StrCat("gemm probe: the ", type, " weight was not kept quantized"));
       }
       r.path = lw.packed_quant()
-                   ? absl::StrCat("ops::Linear, ", type, " weights packed (int8 quant_packed kernel, ",
+                   ? absl::StrCat("ops::Linear, ", type,
+                                  " weights packed (int8 quant_packed kernel, ",
                                   ops::KernelIsaName(ops::MaxKernelIsa()), ")")
                    : absl::StrCat("ops::Linear, ", type, " weights (int8 quant_gemv kernel, ",
                                   ops::KernelIsaName(ops::MaxKernelIsa()), ")");
