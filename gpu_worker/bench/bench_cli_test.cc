@@ -175,10 +175,9 @@ TEST(BenchCliTest, MoeQ8) {
 
 // At a batch of twice the int8 kernel's rows (B = 8 where it takes 4: in
 // place beside AMX; B = 16 where it takes 8; B = 64 where it takes 32: Q8_0
-// packed at load) the batch's dense part is
-// past them but each of the 4 experts sees about B * 2 / 4 = B / 2: its
-// FLOPs are held against the int8 peak, the rest against the dequantizing
-// kernel's.
+// packed at load) the batch's dense part is past them but each of the 4
+// experts sees about B * 2 / 4 = B / 2: its FLOPs are held against the int8
+// peak, the rest against the dequantizing kernel's.
 TEST(BenchCliTest, MoeQ8ExpertsKeepTheInt8PeakInALargeBatch) {
   for (int batch : {8, 16, 64}) {
     const json j =
