@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -14,12 +15,15 @@
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/dequant_bf16.h"
 #include "cpu_worker/ops/intrinsics.h"
+#include "cpu_worker/ops/quant_gemv_kernels.h"
 
 namespace tandem::ops::internal {
 namespace {
 
 #define TANDEM_AMX \
   __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
+#define TANDEM_AMX_INT8 \
+  __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,f16c,fma")))
 
 // Linux's arch_prctl codes for the AMX tile data permission (asm/prctl.h;
 // spelled out for older headers).
@@ -40,6 +44,10 @@ constexpr int64_t kPrefetchBlocks = 4;
 // How far ahead in each weight row the quantized items prefetch (bytes):
 // the item reads 32 rows side by side, a block (18-34 bytes) at a time.
 constexpr int64_t kQuantPrefetchBytes = 512;
+// The same for the int8 kernel, which spends less time per block: 128-192
+// bytes ran 19-20 GB/s of Q8_0 at 8-16 rows (BM_QuantSmallBatchPaths,
+// cold), 256 18-19, 512 16, 1024 12-13; into L2 no better.
+constexpr int64_t kInt8PrefetchBytes = 192;
 // Least weight bytes worth a parallel region (see decode_attention.cc: a
 // woken team costs ~10 us).
 constexpr int64_t kMinParallelBytes = int64_t{256} << 10;
@@ -70,6 +78,17 @@ TileConfig MakeConfig(int cols0, int cols1) {
   return c;
 }
 
+// The same tiles for int8 operands, one GGUF block of k per multiply:
+// A 16 weight rows x 32 bytes, B 8 rows (k quads) x 4 bytes per column of x.
+TileConfig MakeInt8Config(int cols0, int cols1) {
+  TileConfig c = MakeConfig(cols0, cols1);
+  c.colsb[4] = c.colsb[5] = 32;
+  c.rows[6] = c.rows[7] = 8;
+  // One column tile: tiles 2, 3 and 7 take turns with 0, 1 and 6.
+  if (cols1 == 0) c.colsb[2] = c.colsb[3] = c.colsb[7] = c.colsb[0];
+  return c;
+}
+
 // The child's half of the probe: one tile multiply of known values.
 TANDEM_AMX int ProbeChild() {
   alignas(64) uint16_t a[16 * 32], b[16 * 32];
@@ -92,20 +111,46 @@ TANDEM_AMX int ProbeChild() {
   return 0;
 }
 
+// The int8 half: -3 * 5 summed over 32 k, where the CPU lists AMX-INT8.
+TANDEM_AMX_INT8 int ProbeInt8Child() {
+  alignas(64) int8_t a[16 * 32], b[8 * 64];
+  alignas(64) int32_t c[16 * 16];
+  std::memset(a, -3, sizeof(a));
+  std::memset(b, 5, sizeof(b));
+  const TileConfig cfg = MakeInt8Config(16, 16);
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_loadd(4, a, 32);
+  _tile_loadd(6, b, 64);
+  _tile_dpbssd(0, 4, 6);
+  _tile_stored(0, c, 64);
+  _tile_release();
+  for (int32_t v : c) {
+    if (v != -480) return 1;
+  }
+  return 0;
+}
+
+// Runs `child` in a child process: true if it exited with 0 (a faulting
+// tile instruction kills the child alone).
+bool RunProbeChild(int (*child)()) {
+  // The raw system call, not fork(): no atfork handlers run (gRPC's among
+  // them), and the child touches nothing but its own stack before _exit.
+  const long pid = syscall(SYS_fork);
+  if (pid < 0) return false;
+  if (pid == 0) _exit(child());
+  int status = 0;
+  if (waitpid(static_cast<pid_t>(pid), &status, 0) != pid) return false;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 bool Probe() {
   // (AMX CPUs have AVX512-VNNI: TANDEM_CPU_ISA=avx512 rules AMX out too.)
   if (MaxKernelIsa() < KernelIsa::kAvx512Vnni || CpuIsaForcedF32()) return false;
   const CpuFeatures& f = HostCpuFeatures();
   if (!f.amx_bf16 || !f.os_amx || !f.avx512_bf16) return false;
   if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
-  // The raw system call, not fork(): no atfork handlers run (gRPC's among
-  // them), and the child touches nothing but its own stack before _exit.
-  const long pid = syscall(SYS_fork);
-  if (pid < 0) return false;
-  if (pid == 0) _exit(ProbeChild());
-  int status = 0;
-  if (waitpid(static_cast<pid_t>(pid), &status, 0) != pid) return false;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return RunProbeChild(ProbeChild);
 }
 
 // x rows [m0, m0 + cols) (cols <= 16) rounded to bf16 into one column
@@ -245,15 +290,207 @@ TANDEM_AMX void RunQuantItem(int nb, const uint8_t* w, int64_t row_bytes, int64_
   }
 }
 
+// One GGUF block of k of a column tile's activations for the int8 tiles:
+// each row of x quantized to int8 per block of 32 (quant::QuantizeBlock,
+// as the int8 kernels do), laid out as the B operand (row r: k = 4r ..
+// 4r + 3, column c at bytes 4c .. 4c + 3), with the block's d_x and the
+// term the weight type adds per column. Columns past the tile's rows of x
+// are zero.
+struct alignas(64) Int8Block {
+  int8_t q[8 * 64];
+  float dx[16];
+  union {
+    int32_t i[16];  // Q4_0: -8 * sum of q (the weights' offset); Q8_0: 0
+    float f[16];    // Q4_1: d_x * sum of q (times the weights' min)
+  } c;
+};
+static_assert(sizeof(Int8Block) == 640);
+
+// Rows [0, cols) of x (cols <= 16) into one column tile of k / 32 blocks.
+template <DType T>
+void PackInt8Columns(const float* x, int64_t k, int cols, Int8Block* pack) {
+  const int64_t kblocks = k / kKBlock;
+  for (int64_t b = 0; b < kblocks; ++b) {
+    Int8Block& p = pack[b];
+    if (cols < 16) {
+      std::memset(p.q, 0, sizeof(p.q));
+      std::memset(p.dx, 0, sizeof(p.dx));
+      std::memset(&p.c, 0, sizeof(p.c));
+    }
+    for (int c = 0; c < cols; ++c) {
+      alignas(32) int8_t q[32];
+      int32_t lanes[8];
+      const float d = quant::QuantizeBlockAvx512(x + c * k + b * kKBlock, q, lanes);
+      for (int r = 0; r < 8; ++r) std::memcpy(p.q + 64 * r + 4 * c, q + 4 * r, 4);
+      int32_t sum = 0;
+      for (int32_t l : lanes) sum += l;
+      p.dx[c] = d;
+      if constexpr (T == DType::kQ4_1) {
+        p.c.f[c] = d * static_cast<float>(sum);
+      } else {
+        p.c.i[c] = T == DType::kQ4_0 ? -8 * sum : 0;
+      }
+    }
+  }
+}
+
+// C tiles 0 (and 1) = the A tiles 4 (and 5, as many weight tiles as NB)
+// times B tile 6, stored to cbuf[0..NB) ([16][16] int32); Int8Dots7 the
+// same into C tiles 2 and 3 from B tile 7. (Tile numbers are immediates.)
+template <int NB>
+TANDEM_AMX_INT8 __attribute__((always_inline)) inline void Int8Dots6(int32_t (*cbuf)[16][16]) {
+  _tile_zero(0);
+  _tile_dpbssd(0, 4, 6);
+  _tile_stored(0, cbuf[0], 64);
+  if constexpr (NB == 2) {
+    _tile_zero(1);
+    _tile_dpbssd(1, 5, 6);
+    _tile_stored(1, cbuf[1], 64);
+  }
+}
+
+template <int NB>
+TANDEM_AMX_INT8 __attribute__((always_inline)) inline void Int8Dots7(int32_t (*cbuf)[16][16]) {
+  _tile_zero(2);
+  _tile_dpbssd(2, 4, 7);
+  _tile_stored(2, cbuf[0], 64);
+  if constexpr (NB == 2) {
+    _tile_zero(3);
+    _tile_dpbssd(3, 5, 7);
+    _tile_stored(3, cbuf[1], 64);
+  }
+}
+
+// out[t][r][0..15] += the dot products cbuf[t][r] scaled by d_w (row r of
+// weight tile t) and the columns' d_x, with Q4_0's offset and Q4_1's min
+// from the activations' sums; out's weight tiles `out_stride` floats apart.
+template <DType T, int NB>
+TANDEM_AMX_INT8 __attribute__((always_inline)) inline void Int8Scale(
+    const int32_t (*cbuf)[16][16], const Int8Block& p, const float (*dw)[16],
+    const float (*mw)[16], float* out, int64_t out_stride) {
+  const __m512 dx = _mm512_load_ps(p.dx);
+  const __m512i ci = _mm512_load_si512(p.c.i);
+  const __m512 cf = _mm512_load_ps(p.c.f);
+  for (int t = 0; t < NB; ++t) {
+    float* o = out + t * out_stride;
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) {
+      __m512i dot = _mm512_load_si512(cbuf[t][r]);
+      if constexpr (T == DType::kQ4_0) dot = _mm512_add_epi32(dot, ci);
+      const __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), dx);
+      __m512 acc = _mm512_fmadd_ps(s, _mm512_set1_ps(dw[t][r]), _mm512_load_ps(o + 16 * r));
+      if constexpr (T == DType::kQ4_1) acc = _mm512_fmadd_ps(cf, _mm512_set1_ps(mw[t][r]), acc);
+      _mm512_store_ps(o + 16 * r, acc);
+    }
+  }
+}
+
+// An item of weight rows stored as GGUF blocks of T (row stride
+// `row_bytes`, NB * 16 rows readable) against MT column tiles of int8
+// activations (`pack`, tile 1 `pack_stride` blocks after tile 0), out as
+// Item's. Per block of k the tile unit forms the integer dot products of
+// the block's weights and activations (int32, exact), and the vector unit
+// scales them by d_w * d_x and adds them to out in f32: nothing is
+// dequantized. Q8_0's quants are the A tiles where they lie (stride
+// row_bytes); Q4's nibbles are unpacked to bytes 0..15 in a buffer first,
+// their offset (Q4_0) or min (Q4_1) applied through the activations' sums.
+// With one column tile, C tiles 2 and 3 (and B tile 7) take every other
+// block.
+template <DType T, int NB, int MT>
+TANDEM_AMX_INT8 void Int8Item(const uint8_t* w, int64_t row_bytes, const Int8Block* pack,
+                              int64_t pack_stride, int64_t k, bool prefetch, float* out) {
+  using Block = QuantBlock<T>;
+  constexpr int64_t kBlockBytes = sizeof(Block);
+  constexpr int64_t kQs = offsetof(Block, qs);
+  // Two of each buffer in turn: a block's stores need not wait for the
+  // previous block's reads.
+  alignas(64) int32_t cbuf[2][MT][NB][16][16];
+  alignas(64) int8_t abuf[2][NB][16][32];
+  alignas(64) float dw[NB][16];
+  alignas(64) float mw[NB][16];
+  std::memset(out, 0, sizeof(float) * NB * MT * 256);
+  const __m512i row_offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(row_bytes)));
+  const int64_t kblocks = k / kKBlock;
+  for (int64_t kb = 0; kb < kblocks; ++kb) {
+    const uint8_t* col = w + kb * kBlockBytes;
+    if (prefetch) {
+#pragma GCC unroll 4
+      for (int64_t r = 0; r < NB * kTileRows; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(col + r * row_bytes + kInt8PrefetchBytes),
+                     _MM_HINT_T0);
+      }
+    }
+    // The weights' scales (and Q4_1's mins): one dword gathered per row.
+    for (int t = 0; t < NB; ++t) {
+      const __m512i g = _mm512_i32gather_epi32(row_offsets, col + t * kTileRows * row_bytes, 1);
+      _mm512_store_ps(dw[t], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
+      if constexpr (T == DType::kQ4_1) {
+        _mm512_store_ps(mw[t], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16))));
+      }
+    }
+    if constexpr (T == DType::kQ8_0) {
+      _tile_loadd(4, col + kQs, row_bytes);
+      if constexpr (NB == 2) _tile_loadd(5, col + kTileRows * row_bytes + kQs, row_bytes);
+    } else {
+      int8_t(*a)[16][32] = abuf[kb & 1];
+      const __m128i mask = _mm_set1_epi8(0x0f);
+#pragma GCC unroll 4
+      for (int64_t r = 0; r < NB * kTileRows; ++r) {
+        const __m128i v =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(col + r * row_bytes + kQs));
+        const __m256i q = _mm256_setr_m128i(_mm_and_si128(v, mask),
+                                            _mm_and_si128(_mm_srli_epi16(v, 4), mask));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(a[r / kTileRows][r % kTileRows]), q);
+      }
+      _tile_loadd(4, a[0], 32);
+      if constexpr (NB == 2) _tile_loadd(5, a[1], 32);
+    }
+    int32_t(*cb)[NB][16][16] = cbuf[kb & 1];
+    const Int8Block& p0 = pack[kb];
+    if constexpr (MT == 2) {
+      const Int8Block& p1 = pack[pack_stride + kb];
+      _tile_loadd(6, p0.q, 64);
+      _tile_loadd(7, p1.q, 64);
+      Int8Dots6<NB>(cb[0]);
+      Int8Dots7<NB>(cb[1]);
+      Int8Scale<T, NB>(cb[0], p0, dw, mw, out, MT * 256);
+      Int8Scale<T, NB>(cb[1], p1, dw, mw, out + 256, MT * 256);
+    } else {
+      if (kb & 1) {
+        _tile_loadd(7, p0.q, 64);
+        Int8Dots7<NB>(cb[0]);
+      } else {
+        _tile_loadd(6, p0.q, 64);
+        Int8Dots6<NB>(cb[0]);
+      }
+      Int8Scale<T, NB>(cb[0], p0, dw, mw, out, 256);
+    }
+  }
+}
+
+template <DType T, int MT>
+TANDEM_AMX_INT8 void RunInt8Item(int nb, const uint8_t* w, int64_t row_bytes,
+                                 const Int8Block* pack, int64_t pack_stride, int64_t k,
+                                 bool prefetch, float* out) {
+  if (nb == 2) {
+    Int8Item<T, 2, MT>(w, row_bytes, pack, pack_stride, k, prefetch, out);
+  } else {
+    Int8Item<T, 1, MT>(w, row_bytes, pack, pack_stride, k, prefetch, out);
+  }
+}
+
 // Items [i0, i1) of 32 weight rows each; `run.template operator()<MT>(r0,
 // rows, nb, out)` computes the item at weight row r0 (`rows` rows, nb
 // tiles) against MT column tiles into out.
 template <typename Run>
-TANDEM_AMX void RunItems(const Run& run, int64_t n, int64_t m, const float* bias, int64_t i0,
-                         int64_t i1, float* y) {
+TANDEM_AMX void RunItems(const Run& run, bool int8, int64_t n, int64_t m, const float* bias,
+                         int64_t i0, int64_t i1, float* y) {
   const int mt_count = m > 16 ? 2 : 1;
-  const TileConfig cfg = MakeConfig(static_cast<int>(std::min<int64_t>(m, 16)),
-                                    static_cast<int>(std::max<int64_t>(m - 16, 0)));
+  const int cols0 = static_cast<int>(std::min<int64_t>(m, 16));
+  const int cols1 = static_cast<int>(std::max<int64_t>(m - 16, 0));
+  const TileConfig cfg = int8 ? MakeInt8Config(cols0, cols1) : MakeConfig(cols0, cols1);
   _tile_loadconfig(&cfg);
   alignas(64) float out[2 * 2 * 256];
   for (int64_t item = i0; item < i1; ++item) {
@@ -291,6 +528,12 @@ bool AmxUsable() {
   return usable;
 }
 
+bool AmxInt8Usable() {
+  static const bool usable =
+      AmxUsable() && HostCpuFeatures().amx_int8 && RunProbeChild(ProbeInt8Child);
+  return usable;
+}
+
 bool AmxLinearFits(int64_t m, int64_t k) {
   return m >= 1 && m <= kAmxMaxRows && k > 0 && k % kKBlock == 0;
 }
@@ -310,16 +553,12 @@ uint8_t* PackX(const float* x, int64_t m, int64_t k, int64_t pack_stride) {
   return pack;
 }
 
-// Runs the items over the threads: a static split, so the same rows go
-// to the same thread on every call (the weights a thread reads stay on its
-// side of the cache). `make_run(pack, pack_stride)` gives the item runner
-// (see RunItems).
-template <typename MakeRun>
-void RunAll(const MakeRun& make_run, int64_t weight_bytes, const float* x, int64_t m, int64_t n,
-            int64_t k, const float* bias, float* y) {
-  const int64_t pack_stride = k / 2 * 64;
-  const uint8_t* pack = PackX(x, m, k, pack_stride);
-  const auto run = make_run(pack, pack_stride);
+// Items [0, ceil(n / 32)) over the threads: a static split, so the same
+// rows go to the same thread on every call (the weights a thread reads stay
+// on its side of the cache). `run`: see RunItems.
+template <typename Run>
+void RunParallel(const Run& run, bool int8, int64_t weight_bytes, int64_t m, int64_t n,
+                 const float* bias, float* y) {
   const int64_t items = (n + kItemRows - 1) / kItemRows;
   const bool parallel = weight_bytes >= kMinParallelBytes && omp_get_max_threads() > 1;
 #pragma omp parallel if (parallel)
@@ -327,8 +566,47 @@ void RunAll(const MakeRun& make_run, int64_t weight_bytes, const float* x, int64
     const int64_t threads = omp_get_num_threads();
     const int64_t t = omp_get_thread_num();
     const int64_t i0 = items * t / threads, i1 = items * (t + 1) / threads;
-    if (i0 < i1) RunItems(run, n, m, bias, i0, i1, y);
+    if (i0 < i1) RunItems(run, int8, n, m, bias, i0, i1, y);
   }
+}
+
+// The bf16 kernels: x packed once, then the items. `make_run(pack,
+// pack_stride)` gives the item runner (see RunItems).
+template <typename MakeRun>
+void RunAll(const MakeRun& make_run, int64_t weight_bytes, const float* x, int64_t m, int64_t n,
+            int64_t k, const float* bias, float* y) {
+  const int64_t pack_stride = k / 2 * 64;
+  const uint8_t* pack = PackX(x, m, k, pack_stride);
+  RunParallel(make_run(pack, pack_stride), /*int8=*/false, weight_bytes, m, n, bias, y);
+}
+
+// The int8 kernel on GGUF blocks of T: x quantized and packed into this
+// thread's buffer (two column tiles, grown once), then the items; the last,
+// partial item from a zero-padded copy of its rows (the tile loads and the
+// scale gathers read whole tiles).
+template <DType T>
+void AmxQuantInt8LinearOf(const float* x, int64_t m, const uint8_t* w, int64_t n, int64_t k,
+                          const float* bias, float* y) {
+  const int64_t kblocks = k / kKBlock;
+  thread_local std::vector<Int8Block> pack_buf;
+  if (pack_buf.size() < static_cast<size_t>(2 * kblocks)) pack_buf.resize(2 * kblocks);
+  Int8Block* pack = pack_buf.data();
+  PackInt8Columns<T>(x, k, static_cast<int>(std::min<int64_t>(m, 16)), pack);
+  if (m > 16) PackInt8Columns<T>(x + 16 * k, k, static_cast<int>(m - 16), pack + kblocks);
+  const int64_t row_bytes = kblocks * static_cast<int64_t>(sizeof(QuantBlock<T>));
+  auto run = [=]<int MT>(int64_t r0, int64_t rows, int nb, float* out) {
+    const uint8_t* a = w + r0 * row_bytes;
+    bool prefetch = true;
+    if (rows % kTileRows != 0) {
+      thread_local std::vector<uint8_t> padded;
+      padded.assign(static_cast<size_t>(nb * kTileRows * row_bytes), 0);
+      std::memcpy(padded.data(), a, static_cast<size_t>(rows * row_bytes));
+      a = padded.data();
+      prefetch = false;
+    }
+    RunInt8Item<T, MT>(nb, a, row_bytes, pack, kblocks, k, prefetch, out);
+  };
+  RunParallel(run, /*int8=*/true, n * row_bytes, m, n, bias, y);
 }
 
 template <DType T>
@@ -382,6 +660,23 @@ void AmxQuantLinear(const float* x, int64_t m, const void* w, DType t, int64_t n
       return AmxQuantLinearOf<DType::kQ4_1>(x, m, blocks, n, k, bias, y);
     default:
       TANDEM_CHECK(false && "AmxQuantLinear takes Q8_0, Q4_0 or Q4_1 blocks");
+  }
+}
+
+void AmxQuantInt8Linear(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
+                        const float* bias, float* y) {
+  TANDEM_CHECK(AmxInt8Usable());
+  TANDEM_CHECK(AmxLinearFits(m, k));
+  const auto* blocks = static_cast<const uint8_t*>(w);
+  switch (t) {
+    case DType::kQ8_0:
+      return AmxQuantInt8LinearOf<DType::kQ8_0>(x, m, blocks, n, k, bias, y);
+    case DType::kQ4_0:
+      return AmxQuantInt8LinearOf<DType::kQ4_0>(x, m, blocks, n, k, bias, y);
+    case DType::kQ4_1:
+      return AmxQuantInt8LinearOf<DType::kQ4_1>(x, m, blocks, n, k, bias, y);
+    default:
+      TANDEM_CHECK(false && "AmxQuantInt8Linear takes Q8_0, Q4_0 or Q4_1 blocks");
   }
 }
 

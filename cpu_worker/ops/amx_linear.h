@@ -11,7 +11,14 @@
 // stride K), and the activations are packed once per call into the B
 // operand's pair-interleaved layout.
 //
-// Numerics: x is rounded to bf16 (round to nearest even), products are
+// GGUF block-quantized weights (Q8_0, Q4_0, Q4_1) run on int8 tiles
+// (AmxQuantInt8Linear: one block of k per tile multiply, the integer sums
+// scaled by the blocks' scales on the vector unit; Q8_0's quants are the A
+// tile where they lie), or, where only AMX-BF16 is usable, on rows
+// dequantized to bf16 (AmxQuantLinear), which reads them slower (linear.h,
+// QuantUsesAmxKernel).
+//
+// Numerics (bf16): x is rounded to bf16 (round to nearest even), products are
 // exact in f32 and accumulated in f32 by the tile unit, 32 k-elements per
 // instruction, k-blocks in order. Every output element is computed the same
 // way whatever the other rows of x and however many (1 to kAmxMaxRows): a
@@ -36,6 +43,9 @@ inline constexpr int64_t kAmxMaxRows = 32;
 
 // Probed once (see above); false on CPUs without AMX.
 bool AmxUsable();
+// AmxUsable(), the CPU lists AMX-INT8, and a probe int8 tile multiply ran
+// in a child process and gave the right answer.
+bool AmxInt8Usable();
 
 // True if the shape suits the kernel: k a whole number of 32-element tile
 // blocks, 1 <= m <= kAmxMaxRows.
@@ -59,6 +69,16 @@ void AmxLinear(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t 
 // not depend on its batch either.
 void AmxQuantLinear(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
                     const float* bias, float* y);
+
+// The same weights on int8 tiles, nothing dequantized: each row of x is
+// quantized to int8 per block of 32 as the int8 kernels do (quant_gemv.h),
+// the tile unit forms each block's integer dot products (exact), and they
+// are scaled by d_w * d_x and accumulated in f32 block by block, so the
+// result is x_hat · W_deq^T up to that f32 rounding, as QuantLinear's is.
+// A row's result does not depend on its batch. Requires AmxInt8Usable()
+// and AmxLinearFits(m, k).
+void AmxQuantInt8Linear(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
+                        const float* bias, float* y);
 
 }  // namespace tandem::ops::internal
 

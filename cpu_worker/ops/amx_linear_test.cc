@@ -152,5 +152,17 @@ TEST(AmxLinearFitsTest, ShapesTheKernelTakes) {
   EXPECT_FALSE(internal::AmxLinearFits(4, 48));  // k not a whole number of blocks
 }
 
+// The int8 probe follows the CPU's flags: where AMX-INT8 is listed beside
+// a usable AMX-BF16 its tile multiply must have run (a fault or a wrong
+// sum is a failure here, not a silent fallback); elsewhere it is off.
+TEST(AmxInt8UsableTest, FollowsTheCpuAndTheBf16Probe) {
+  const CpuFeatures& f = HostCpuFeatures();
+  if (!internal::AmxUsable() || !f.amx_int8) {
+    EXPECT_FALSE(internal::AmxInt8Usable());
+    return;
+  }
+  EXPECT_TRUE(internal::AmxInt8Usable()) << "AMX-INT8 listed, its probe failed";
+}
+
 }  // namespace
 }  // namespace tandem::ops

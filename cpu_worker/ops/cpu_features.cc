@@ -60,6 +60,7 @@ CpuFeatures Probe() {
     f.avx512vl = f.avx512f && Bit(l7.ebx, 31);
     f.avx512_vnni = f.avx512f && Bit(l7.ecx, 11);
     f.amx_bf16 = f.os_amx && Bit(l7.edx, 22);
+    f.amx_int8 = f.os_amx && Bit(l7.edx, 25);
     if (l7.eax >= 1) {
       const Regs l71 = CpuId(7, 1);
       f.avx512_bf16 = f.avx512f && Bit(l71.eax, 5);
@@ -132,6 +133,7 @@ std::string CpuFeaturesString(const CpuFeatures& f) {
   add(f.avx512_vnni, "avx512_vnni");
   add(f.avx512_bf16, "avx512_bf16");
   add(f.amx_bf16, "amx_bf16");
+  add(f.amx_int8, "amx_int8");
   add(f.amd, "amd");
   if (f.family != 0) {
     char family[24];

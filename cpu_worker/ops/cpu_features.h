@@ -18,6 +18,7 @@ struct CpuFeatures {
   bool avx512_vnni = false;  // cpuid leaf 7, ECX bit 11
   bool avx512_bf16 = false;  // cpuid leaf 7 subleaf 1, EAX bit 5
   bool amx_bf16 = false;
+  bool amx_int8 = false;   // cpuid leaf 7, EDX bit 25
   bool os_avx = false;     // the OS saves YMM state (XCR0 bits 1, 2)
   bool os_avx512 = false;  // the OS saves opmask and ZMM state (XCR0 bits 5, 6, 7)
   bool os_amx = false;     // the OS saves tile state (XCR0 bits 17, 18)

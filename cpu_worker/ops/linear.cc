@@ -297,6 +297,8 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
     const DType t = w.block_type();
     if (internal::QuantLinearUsesGemv(m)) {
       internal::QuantLinear(x, m, w.data(), t, w.rows(), w.cols(), bias, y, MaxKernelIsa());
+    } else if (internal::QuantUsesAmxInt8Kernel(m, w.cols())) {
+      internal::AmxQuantInt8Linear(x, m, w.data(), t, w.rows(), w.cols(), bias, y);
     } else if (internal::QuantUsesAmxKernel(m, w.cols())) {
       internal::AmxQuantLinear(x, m, w.data(), t, w.rows(), w.cols(), bias, y);
     } else if (internal::QuantUsesDotKernel(m)) {
@@ -428,6 +430,10 @@ int64_t WidenedSmallBatchMaxRows() { return MaxKernelIsa() >= KernelIsa::kAvx512
 
 bool QuantUsesAmxKernel(int64_t m, int64_t k) {
   return !QuantLinearUsesGemv(m) && AmxLinearFits(m, k) && AmxUsable();
+}
+
+bool QuantUsesAmxInt8Kernel(int64_t m, int64_t k) {
+  return QuantUsesAmxKernel(m, k) && AmxInt8Usable();
 }
 
 bool QuantUsesDotKernel(int64_t m) { return !QuantLinearUsesGemv(m) && Bf16UsesDotKernel(m); }

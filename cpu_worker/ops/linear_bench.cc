@@ -183,9 +183,10 @@ void ReportRates(benchmark::State& state, int64_t m, int64_t weight_bytes) {
 
 // Decode-sized batches on a quantized weight, cold (read from DRAM): the
 // int8 kernel (arg path 0), dequantized panels through oneDNN's GEMM (path
-// 1), dequantized items through the AMX kernel (path 2, AmxQuantLinear)
-// and through the AVX512-BF16 dot kernel (path 3, QuantDotLinear). W_GB/s
-// counts the blocks' bytes.
+// 1), dequantized items through the AMX kernel (path 2, AmxQuantLinear),
+// through the AVX512-BF16 dot kernel (path 3, QuantDotLinear) and the
+// blocks on AMX int8 tiles (path 4, AmxQuantInt8Linear). W_GB/s counts the
+// blocks' bytes.
 void BM_QuantSmallBatchPaths(benchmark::State& state, DType t) {
   const int64_t m = state.range(0);
   const int64_t path = state.range(1);
@@ -195,6 +196,10 @@ void BM_QuantSmallBatchPaths(benchmark::State& state, DType t) {
   }
   if (path == 3 && !internal::Bf16DotKernelRuns()) {
     state.SkipWithError("no AVX512-BF16 here");
+    return;
+  }
+  if (path == 4 && !internal::AmxInt8Usable()) {
+    state.SkipWithError("AMX-INT8 not usable here");
     return;
   }
   const int64_t bytes = DTypeBytes(t, kN * kK).value();
@@ -210,6 +215,8 @@ void BM_QuantSmallBatchPaths(benchmark::State& state, DType t) {
       internal::QuantLinearViaGemm(x.data(), m, wp, t, kN, kK, nullptr, y.data());
     } else if (path == 3) {
       internal::QuantDotLinear(x.data(), m, wp, t, kN, kK, nullptr, y.data());
+    } else if (path == 4) {
+      internal::AmxQuantInt8Linear(x.data(), m, wp, t, kN, kK, nullptr, y.data());
     } else {
       internal::AmxQuantLinear(x.data(), m, wp, t, kN, kK, nullptr, y.data());
     }
@@ -220,12 +227,12 @@ void BM_QuantSmallBatchPaths(benchmark::State& state, DType t) {
   ReportRates(state, m, bytes);
 }
 BENCHMARK_CAPTURE(BM_QuantSmallBatchPaths, q8_0, DType::kQ8_0)
-    ->ArgsProduct({{1, 2, 4, 8, 9, 16, 32}, {0, 1, 2, 3}})
+    ->ArgsProduct({{1, 2, 4, 8, 9, 16, 24, 32}, {0, 1, 2, 3, 4}})
     ->ArgNames({"m", "path"})
     ->UseRealTime()
     ->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_QuantSmallBatchPaths, q4_0, DType::kQ4_0)
-    ->ArgsProduct({{1, 8, 16, 32}, {0, 1, 2, 3}})
+    ->ArgsProduct({{1, 8, 16, 24, 32}, {0, 1, 2, 3, 4}})
     ->ArgNames({"m", "path"})
     ->UseRealTime()
     ->MinTime(0.5);

@@ -237,7 +237,7 @@ TEST_P(QuantLinearTest, KernelsMatchReference) {
 }
 
 // Through LinearWeight and Linear: in place, for batch sizes on both sides
-// of the switch to the dequantize-and-GEMM path.
+// of the switches to the AMX kernels and the dequantize-and-GEMM path.
 TEST_P(QuantLinearTest, LinearKeepsBlocksInPlace) {
   const DType t = GetParam();
   const uint32_t seed = FreshSeed();
@@ -260,7 +260,8 @@ TEST_P(QuantLinearTest, LinearKeepsBlocksInPlace) {
     auto x = RandomVec(rng, m * k);
     std::vector<float> y(static_cast<size_t>(m * n), NAN);
     Linear(x.data(), m, *lw, bias.data(), y.data());
-    if (internal::QuantLinearUsesGemv(m)) {
+    // The int8 kernels and the AMX int8 tiles quantize the activations.
+    if (internal::QuantLinearUsesGemv(m) || internal::QuantUsesAmxInt8Kernel(m, k)) {
       const auto bound = RoundingBound(x, m, w.deq, n, k);
       ExpectWithin(
           x, m, w.deq, n, k, bias.data(), y, 1e-5,
@@ -323,6 +324,45 @@ void ExpectKernelOnDequantizedRows(DType t, DequantizedRowsKernel kernel) {
 TEST_P(QuantLinearTest, AmxKernelOnDequantizedRows) {
   if (!internal::AmxUsable()) GTEST_SKIP() << "AMX is not usable on this machine";
   ExpectKernelOnDequantizedRows(GetParam(), internal::AmxQuantLinear);
+}
+
+// The AMX int8 kernel called directly: n with a partial last item, a lone
+// partial tile and whole items, odd block counts; tightly against the
+// reference on the rounded activations (exact integer products), within
+// the rounding bound against x itself; a row's result is the same bits in
+// every batch of 1-32 rows.
+TEST_P(QuantLinearTest, AmxInt8KernelOnBlocks) {
+  if (!internal::AmxInt8Usable()) GTEST_SKIP() << "AMX-INT8 is not usable on this machine";
+  const DType t = GetParam();
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed, " dtype ", std::string(DTypeName(t))));
+  std::mt19937 rng(seed);
+  for (const Shape& s : {Shape{32, 45, 352}, Shape{32, 7, 96}, Shape{32, 64, 1056},
+                         Shape{32, 33, 64}, Shape{32, 300, 2048}, Shape{32, 16, 32}}) {
+    const std::string what = absl::StrCat("n=", s.n, " k=", s.k);
+    const QuantWeight w = MakeWeight(rng, t, s.n, s.k);
+    auto x = RandomVec(rng, s.m * s.k);
+    std::fill(x.begin() + 3 * s.k, x.begin() + 4 * s.k, 0.0f);  // an all-zero row
+    const auto bias = RandomVec(rng, s.n);
+    const auto x_hat = RoundActivations(x, s.m, s.k);
+    const auto bound = RoundingBound(x, s.m, w.deq, s.n, s.k);
+    std::vector<float> all(static_cast<size_t>(s.m * s.n), NAN);
+    internal::AmxQuantInt8Linear(x.data(), s.m, w.blocks.data(), t, s.n, s.k, bias.data(),
+                                 all.data());
+    ExpectWithin(
+        x_hat, s.m, w.deq, s.n, s.k, bias.data(), all, 1e-5,
+        [](int64_t, int64_t) { return 0.0; }, what + " vs reference on rounded x");
+    ExpectWithin(
+        x, s.m, w.deq, s.n, s.k, bias.data(), all, 1e-5,
+        [&](int64_t i, int64_t j) { return bound[i * s.n + j]; }, what + " vs reference");
+    for (int64_t m : {1, 2, 9, 16, 17, 31}) {
+      std::vector<float> y(static_cast<size_t>(m * s.n), NAN);
+      internal::AmxQuantInt8Linear(x.data(), m, w.blocks.data(), t, s.n, s.k, bias.data(),
+                                   y.data());
+      EXPECT_TRUE(std::equal(y.begin(), y.end(), all.begin()))
+          << what << ": the first " << m << " rows alone differ from the same rows in 32";
+    }
+  }
 }
 
 // The AVX512-BF16 dot-product kernel (AMD's path for the batches above the

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "common/mapped_file.h"
 #include "common/status_macros.h"
+#include "cpu_worker/ops/amx_linear.h"
 #include "cpu_worker/ops/bf16_packed.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/linear.h"
@@ -199,9 +201,13 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   } else if (st == "bf16" || st == "f16") {
     r.model.compute = absl::StrCat(st, " widened to f32");
   } else {
-    r.model.compute = absl::StrCat("int8 kernels in decode up to ", perf::Int8KernelMaxRows(),
-                                   " rows, dequantized to ", ops::CpuHasBf16() ? "bf16" : "f32",
-                                   " above and in prefill");
+    const bool int8_tiles =
+        ops::internal::QuantUsesAmxInt8Kernel(perf::Int8KernelMaxRows() + 1, 32);
+    r.model.compute = absl::StrCat(
+        "int8 kernels in decode up to ", perf::Int8KernelMaxRows(), " rows",
+        int8_tiles ? absl::StrCat(", on AMX int8 tiles up to ", ops::internal::kAmxMaxRows)
+                   : std::string(),
+        ", dequantized to ", ops::CpuHasBf16() ? "bf16" : "f32", " above and in prefill");
   }
   if (st == "q4_0" || st == "q4_1") peaks.int8_gflops = r.gemm_int8_q4.value.max;
   if (r.model.config.is_moe()) {
