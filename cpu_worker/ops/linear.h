@@ -268,8 +268,8 @@ int64_t WidenedSmallBatchMaxRows();
 // else the kernel on rows dequantized to bf16 (AmxQuantLinear). Measured
 // with BM_QuantSmallBatchPaths (4096 x 4096, cold, 2 threads, the AMX VM;
 // W_GB/s of blocks, int8 tiles against dequantized rows): Q8_0 19.9-20.8
-// against 13.8-15.7 at 4-16 rows, 15.4-16.6 against 12.7-14.5 at 24-32;
-// Q4_0 8.9-10.0 against 6.9-7.4 at 8-16, 6.9-7.4 against 6.3-6.7 at 24-32.
+// against 13.8-15.7 at 4-16 rows, 13.5-16.6 against 11.0-14.5 at 24-32;
+// Q4_0 9.0-10.0 against 6.9-7.4 at 8-16, 6.8-7.4 against 6.3-6.6 at 32.
 bool QuantUsesAmxKernel(int64_t m, int64_t k);
 bool QuantUsesAmxInt8Kernel(int64_t m, int64_t k);
 // True if a quantized Linear of m rows runs on the dot-product kernel on
