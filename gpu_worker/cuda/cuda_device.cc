@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -170,13 +171,13 @@ absl::Status CudaDevice::AddLinear(const ops::LinearWeight& w) {
     TANDEM_ASSIGN_OR_RETURN(d.data, DeviceBuffer::Allocate(elems * 4));
     TANDEM_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(d.data.data(), f.data(), elems * 4, cudaMemcpyHostToDevice));
-  } else if (w.storage() == ops::WeightStorage::kBF16Packed ||
-             w.storage() == ops::WeightStorage::kQ8_0Packed) {
-    // The CPU kernels' layouts: the engine packs only the host device's
-    // weights (ops::WeightLayout::kCpuPacked).
+  } else if (w.storage() == ops::WeightStorage::kBF16Packed || w.packed_quant()) {
+    // The CPU kernels' layouts (bf16 for oneDNN, Q8_0/Q4_0/Q4_1 for the
+    // int8 kernel): the engine packs only the host device's weights
+    // (ops::WeightLayout::kCpuPacked).
     return absl::FailedPreconditionError(absl::StrCat(
         name(), ": a [", w.rows(), ", ", w.cols(), "] ",
-        w.storage() == ops::WeightStorage::kBF16Packed ? "bf16" : "Q8_0",
+        w.packed_quant() ? std::string(DTypeName(w.block_type())) : std::string("bf16"),
         " weight packed for the CPU; load weights for this device with "
         "ops::WeightLayout::kForDevice"));
   } else {
