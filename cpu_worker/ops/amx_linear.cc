@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "common/status_macros.h"
@@ -553,6 +554,32 @@ uint8_t* PackX(const float* x, int64_t m, int64_t k, int64_t pack_stride) {
   return pack;
 }
 
+// `rows` weight rows of `row_bytes` from src, then zeros up to `all_rows`
+// rows, in this thread's buffer (grown once): the last, partial item's
+// tile loads read whole tiles. Only the tile loads read it.
+const uint8_t* PaddedRows(const void* src, int64_t rows, int64_t all_rows, int64_t row_bytes) {
+  thread_local std::vector<uint8_t> padded;
+  padded.assign(static_cast<size_t>(all_rows * row_bytes), 0);
+  std::memcpy(padded.data(), src, static_cast<size_t>(rows * row_bytes));
+  return padded.data();
+}
+
+// f(std::integral_constant<DType, t>) for a GGUF block type t the kernels
+// take (Q8_0, Q4_0, Q4_1).
+template <typename F>
+void WithBlockType(DType t, const F& f) {
+  switch (t) {
+    case DType::kQ8_0:
+      return f(std::integral_constant<DType, DType::kQ8_0>{});
+    case DType::kQ4_0:
+      return f(std::integral_constant<DType, DType::kQ4_0>{});
+    case DType::kQ4_1:
+      return f(std::integral_constant<DType, DType::kQ4_1>{});
+    default:
+      TANDEM_CHECK(false && "the AMX kernels take Q8_0, Q4_0 or Q4_1 blocks");
+  }
+}
+
 // Items [0, ceil(n / 32)) over the threads: a static split, so the same
 // rows go to the same thread on every call (the weights a thread reads stay
 // on its side of the cache). `run`: see RunItems.
@@ -598,10 +625,7 @@ void AmxQuantInt8LinearOf(const float* x, int64_t m, const uint8_t* w, int64_t n
     const uint8_t* a = w + r0 * row_bytes;
     bool prefetch = true;
     if (rows % kTileRows != 0) {
-      thread_local std::vector<uint8_t> padded;
-      padded.assign(static_cast<size_t>(nb * kTileRows * row_bytes), 0);
-      std::memcpy(padded.data(), a, static_cast<size_t>(rows * row_bytes));
-      a = padded.data();
+      a = PaddedRows(a, rows, nb * kTileRows, row_bytes);
       prefetch = false;
     }
     RunInt8Item<T, MT>(nb, a, row_bytes, pack, kblocks, k, prefetch, out);
@@ -634,10 +658,7 @@ void AmxLinear(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t 
       const uint16_t* a0 = w + r0 * k;
       bool prefetch = true;
       if (rows % kTileRows != 0) {
-        thread_local std::vector<uint16_t> padded;
-        padded.assign(static_cast<size_t>(nb * kTileRows * k), 0);
-        std::memcpy(padded.data(), a0, static_cast<size_t>(rows * k) * 2);
-        a0 = padded.data();
+        a0 = reinterpret_cast<const uint16_t*>(PaddedRows(a0, rows, nb * kTileRows, k * 2));
         prefetch = false;
       }
       RunItem<MT>(nb, a0, a0 + kTileRows * k, k * 2, pack, pack_stride, k, prefetch, out);
@@ -650,34 +671,19 @@ void AmxQuantLinear(const float* x, int64_t m, const void* w, DType t, int64_t n
                     const float* bias, float* y) {
   TANDEM_CHECK(AmxUsable());
   TANDEM_CHECK(AmxLinearFits(m, k));
-  const auto* blocks = static_cast<const uint8_t*>(w);
-  switch (t) {
-    case DType::kQ8_0:
-      return AmxQuantLinearOf<DType::kQ8_0>(x, m, blocks, n, k, bias, y);
-    case DType::kQ4_0:
-      return AmxQuantLinearOf<DType::kQ4_0>(x, m, blocks, n, k, bias, y);
-    case DType::kQ4_1:
-      return AmxQuantLinearOf<DType::kQ4_1>(x, m, blocks, n, k, bias, y);
-    default:
-      TANDEM_CHECK(false && "AmxQuantLinear takes Q8_0, Q4_0 or Q4_1 blocks");
-  }
+  WithBlockType(t, [&](auto type) {
+    AmxQuantLinearOf<decltype(type)::value>(x, m, static_cast<const uint8_t*>(w), n, k, bias, y);
+  });
 }
 
 void AmxQuantInt8Linear(const float* x, int64_t m, const void* w, DType t, int64_t n, int64_t k,
                         const float* bias, float* y) {
   TANDEM_CHECK(AmxInt8Usable());
   TANDEM_CHECK(AmxLinearFits(m, k));
-  const auto* blocks = static_cast<const uint8_t*>(w);
-  switch (t) {
-    case DType::kQ8_0:
-      return AmxQuantInt8LinearOf<DType::kQ8_0>(x, m, blocks, n, k, bias, y);
-    case DType::kQ4_0:
-      return AmxQuantInt8LinearOf<DType::kQ4_0>(x, m, blocks, n, k, bias, y);
-    case DType::kQ4_1:
-      return AmxQuantInt8LinearOf<DType::kQ4_1>(x, m, blocks, n, k, bias, y);
-    default:
-      TANDEM_CHECK(false && "AmxQuantInt8Linear takes Q8_0, Q4_0 or Q4_1 blocks");
-  }
+  WithBlockType(t, [&](auto type) {
+    AmxQuantInt8LinearOf<decltype(type)::value>(x, m, static_cast<const uint8_t*>(w), n, k, bias,
+                                               y);
+  });
 }
 
 }  // namespace tandem::ops::internal
