@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "cpu_worker/ops/cpu_features.h"
+
 namespace tandem::ops {
 
 // One layer's KV storage: blocks of `block_size` token slots. Here, in host
@@ -54,10 +56,12 @@ struct DecodeQuery {
 // once for all the query heads of its kv head's group, with an online
 // softmax, and long contexts are split into chunks that OpenMP threads share
 // and a merge step combines. AttendSequence runs every query this way. The
-// AVX-512 kernel runs where MaxKernelIsa() allows; `allow_avx512 = false`
-// forces the portable one (for tests). Scratch is thread-local, grown once.
+// AVX-512 kernel runs where MaxKernelIsa() allows, else the AVX2 kernel
+// where AVX2 is allowed, else the portable one; `max_isa` caps the level
+// further (tests: kScalar forces the portable kernel, kAvx2 the AVX2 one).
+// Scratch is thread-local, grown once.
 void AttendDecode(const DecodeQuery* queries, int64_t count, int64_t heads, const PagedKvLayer& kv,
-                  float scale, bool allow_avx512 = true);
+                  float scale, KernelIsa max_isa = KernelIsa::kAvx512Vnni);
 
 // Offset in floats of element 0 of position `pos`'s key for kv head `kvh`
 // in a layer's k, through the sequence's block table; element i lies

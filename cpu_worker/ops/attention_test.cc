@@ -217,7 +217,7 @@ DecodeBatch MakeDecodeBatch(const DecodeShape& s, const std::vector<int64_t>& le
 // being formed: the softmax-weighted mean of |v| (the reference on |v|),
 // which is what f32 rounding errors scale with, unlike the output itself
 // (a near-cancelling average when the softmax is flat).
-void ExpectDecodeMatches(const DecodeBatch& b, bool allow_avx512, float rel_tol = 1e-5f) {
+void ExpectDecodeMatches(const DecodeBatch& b, KernelIsa max_isa, float rel_tol = 1e-5f) {
   const DecodeShape& s = b.shape;
   const int64_t heads = s.kv_heads * s.group, qd = heads * s.head_dim;
   const size_t n = b.lens.size();
@@ -228,7 +228,7 @@ void ExpectDecodeMatches(const DecodeBatch& b, bool allow_avx512, float rel_tol 
     queries[i] = {b.q[i].data(), b.tables[i].data(), b.lens[i], out[i].data()};
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  AttendDecode(queries.data(), static_cast<int64_t>(n), heads, b.layer, scale, allow_avx512);
+  AttendDecode(queries.data(), static_cast<int64_t>(n), heads, b.layer, scale, max_isa);
   for (size_t i = 0; i < n; ++i) {
     SCOPED_TRACE(absl::StrCat("sequence ", i, " of ", n, ", len ", b.lens[i]));
     const int64_t first_pos = b.lens[i] - 1;
@@ -261,7 +261,19 @@ void WithThreads(F body) {
   omp_set_num_threads(saved);
 }
 
-class DecodeTest : public ::testing::TestWithParam<bool> {};  // allow_avx512
+// Parameter: the highest kernel level allowed (kScalar: the portable
+// kernel, kAvx2: the AVX2 one, kAvx512: the AVX-512 one). A level the host
+// (or TANDEM_CPU_ISA) does not allow skips, saying so: the call would run a
+// lower kernel, which its own instance tests.
+class DecodeTest : public ::testing::TestWithParam<KernelIsa> {
+ protected:
+  void SetUp() override {
+    if (MaxKernelIsa() < GetParam()) {
+      GTEST_SKIP() << "the " << KernelIsaName(GetParam()) << " kernel does not run here (best: "
+                   << KernelIsaName(MaxKernelIsa()) << ")";
+    }
+  }
+};
 
 TEST_P(DecodeTest, MatchesReference) {
   const uint32_t seed = std::random_device{}();
@@ -282,15 +294,19 @@ TEST_P(DecodeTest, MatchesReference) {
   });
 }
 
-// Shapes off the fast path: head_dim not a multiple of 16 (masked tails),
-// groups above the AVX-512 kernel's 8 heads (sliced), blocks of one token,
-// of an odd size and larger than a tile.
+// Shapes off the fast path: head_dim not a multiple of 16 (masked tails;
+// for AVX2, a last vector of 8) or of 8 (AVX2: the portable kernel),
+// groups above the AVX-512 kernel's 8 heads and the AVX2 kernel's 4
+// (sliced), blocks of one token, of an odd size (AVX2: runs of 16 or 8
+// beside portable ones), of 8 and larger than a tile.
 TEST_P(DecodeTest, OddShapes) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(absl::StrCat("seed ", seed));
   std::mt19937 rng(seed);
-  const DecodeShape shapes[] = {{1, 3, 24, 5},  {3, 12, 40, 16}, {2, 16, 64, 16}, {1, 1, 7, 1},
-                                {2, 5, 80, 48}, {1, 9, 128, 64}, {4, 1, 16, 33},  {1, 2, 200, 16}};
+  const DecodeShape shapes[] = {{1, 3, 24, 5},   {3, 12, 40, 16}, {2, 16, 64, 16},
+                                {1, 1, 7, 1},    {2, 5, 80, 48},  {1, 9, 128, 64},
+                                {4, 1, 16, 33},  {1, 2, 200, 16}, {2, 3, 64, 8},
+                                {1, 4, 128, 24}, {2, 6, 56, 40}};
   WithThreads([&] {
     for (const DecodeShape& shape : shapes) {
       for (int64_t len : {1, 2, 31, 64, 65, 700}) {
@@ -421,10 +437,18 @@ TEST(AttentionTest, PrefillTokensEqualDecodeQueriesAtTheirPositions) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, DecodeTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("Avx512IfAvailable")
-                                             : std::string("Portable");
+INSTANTIATE_TEST_SUITE_P(Kernels, DecodeTest,
+                         ::testing::Values(KernelIsa::kScalar, KernelIsa::kAvx2,
+                                           KernelIsa::kAvx512),
+                         [](const ::testing::TestParamInfo<KernelIsa>& info) {
+                           switch (info.param) {
+                             case KernelIsa::kScalar:
+                               return std::string("Portable");
+                             case KernelIsa::kAvx2:
+                               return std::string("Avx2");
+                             default:
+                               return std::string("Avx512");
+                           }
                          });
 
 }  // namespace

@@ -31,14 +31,20 @@
 #include "common/status_macros.h"
 #include "cpu_worker/ops/attention.h"
 #include "cpu_worker/ops/cpu_features.h"
+#include "cpu_worker/ops/decode_attention_kernels.h"
 #include "cpu_worker/ops/intrinsics.h"
 #include "cpu_worker/ops/vec_math.h"
 
 namespace tandem::ops {
 namespace {
 
-// Tokens per tile (at most): the kernels' score buffers hold this many.
-constexpr int64_t kMaxTile = 32;
+using internal::attention::kMaxTile;
+using internal::attention::Prefetch;
+using internal::attention::PrefetchKeys;
+using internal::attention::PrefetchRow;
+using internal::attention::Run;
+using internal::attention::TileAvx2;
+
 // Query heads per AVX-512 kernel call: their dot products and accumulators
 // stay in registers. Larger groups run in slices (the tile is in L1 by then).
 constexpr int kMaxGroup = 8;
@@ -88,18 +94,9 @@ inline int64_t LaneSumsAt(int64_t sd) { return sd - 16; }
 // other hints read the same, keys fetched two calls ahead no better (and
 // fetched both two calls and one call ahead ~20% worse), and the values
 // fetched in address order during the score pass (instead of in the order
-// the value pass reads them) 10% worse (docs/PERFORMANCE.md).
-inline void Prefetch(const float* p) { __builtin_prefetch(p, 0, 1); }  // prefetcht2
-inline void PrefetchRow(const float* p, int64_t hd) {
-  for (int64_t d = 0; d < hd; d += 16) Prefetch(p + d);
-}
-// The lines of a tile's transposed keys (`count` keys from `kt`, `kstride`
-// floats between dimensions).
-inline void PrefetchKeys(const float* kt, int64_t kstride, int64_t hd, int64_t count) {
-  for (int64_t d = 0; d < hd; ++d) {
-    for (int64_t j = 0; j < count; j += 16) Prefetch(kt + d * kstride + j);
-  }
-}
+// the value pass reads them) 10% worse (docs/PERFORMANCE.md). The helpers
+// (Prefetch, PrefetchRow, PrefetchKeys) are in decode_attention_kernels.h,
+// shared with the AVX2 kernel.
 
 // ---------------------------------------------------------------------------
 // Portable kernel (compiler-vectorised): one query head at a time; the
@@ -235,18 +232,6 @@ TANDEM_AVX512 inline void Store(float* p, __mmask16 m, __m512 x) {
     _mm512_storeu_ps(p, x);
   }
 }
-
-// A run: up to 16 consecutive tokens of one kv head within one block —
-// their keys are columns [0, n) of `k` (transposed, `kstride` floats
-// between dimensions) and their values the n rows at `v`, head_dim floats
-// apart. A tile is two runs (the second may be empty): 16-token blocks pair
-// up, so that each broadcast of q and each pass over the accumulators
-// serves 32 tokens.
-struct Run {
-  const float* k = nullptr;
-  const float* v = nullptr;
-  int64_t n = 0;
-};
 
 // a[c][g] += sum_j p[g][p0 + j] v[j, d + 16c ..] over the `count` value
 // rows of one run; rows j < pf_count at `pv` (the next call's) are
@@ -646,21 +631,29 @@ struct Scratch {
   std::vector<float> state;      // [items, heads, sd] + alignment slack
 };
 
+// The kernel an AttendDecode call runs (its runs that the AVX2 kernel does
+// not take go to the portable one).
+enum class Kernel { kPortable, kAvx2, kAvx512 };
+
 // One item: its chunk's tiles, every kv head, every query head.
 void RunItem(const DecodeQuery& dq, const Item& it, int64_t heads, const PagedKvLayer& kv,
-             float scale, bool avx512, float* state, int64_t sd) {
+             float scale, Kernel kernel, float* state, int64_t sd) {
   const int64_t hd = kv.head_dim, bs = kv.block_size, kvh_count = kv.kv_heads;
   const int64_t group = heads / kvh_count;
-  // The queries as the kernel reads them: QueryByDimension's form for
-  // AVX-512 (this thread's copy, grown once), dq.q's for the portable one.
-  const float* queries = dq.q;
-  if (avx512) {
+  // The queries in the vector kernels' dimension-major form (this thread's
+  // copy, grown once); the portable kernel reads dq.q.
+  const float* by_dim = nullptr;
+  if (kernel != Kernel::kPortable) {
     thread_local std::vector<float> q_by_dim;
     if (q_by_dim.size() < static_cast<size_t>(heads * hd)) {
       q_by_dim.resize(static_cast<size_t>(heads * hd));
     }
-    QueryByDimension(dq.q, kvh_count, group, hd, q_by_dim.data());
-    queries = q_by_dim.data();
+    if (kernel == Kernel::kAvx512) {
+      QueryByDimension(dq.q, kvh_count, group, hd, q_by_dim.data());
+    } else {
+      internal::attention::QueryByDimensionAvx2(dq.q, kvh_count, group, hd, q_by_dim.data());
+    }
+    by_dim = q_by_dim.data();
   }
   // A block holds, per kv head, bs keys transposed ([head_dim, block_size])
   // and bs value rows ([block_size, head_dim]): a run of one kv head is a
@@ -708,7 +701,6 @@ void RunItem(const DecodeQuery& dq, const Item& it, int64_t heads, const PagedKv
   for (int64_t t = it.t0; t < it.t1;) {
     const TileAt after = tile(t + cur.n());
     for (int64_t kvh = 0; kvh < kvh_count; ++kvh) {
-      const float* q = queries + kvh * group * hd;
       float* st = state + kvh * group * sd;
       // What the next call reads: this tile's next kv head, or the next
       // tile's first.
@@ -719,23 +711,33 @@ void RunItem(const DecodeQuery& dq, const Item& it, int64_t heads, const PagedKv
       } else {
         runs(after, 0, next);
       }
-      if (avx512) {
-        TileAvx512(q, group, hd, r, bs, scale, st, sd, next);
+      const int64_t q_at = kvh * group * hd;
+      if (kernel == Kernel::kAvx512) {
+        TileAvx512(by_dim + q_at, group, hd, r, bs, scale, st, sd, next);
+      } else if (kernel == Kernel::kAvx2 && internal::attention::Avx2TakesRun(r[0], hd) &&
+                 (r[1].n == 0 || internal::attention::Avx2TakesRun(r[1], hd))) {
+        TileAvx2(by_dim + q_at, group, hd, r, bs, scale, st, sd, next);
       } else {
-        // One run a call; the next call is this tile's second run, if any.
-        const Run& n0 = r[1].n > 0 ? r[1] : next[0];
-        TilePortable(q, group, hd, r[0].k, bs, r[0].v, hd, r[0].n, scale, st, sd, n0.k, n0.v,
-                     n0.n);
-        if (r[1].n > 0) {
-          TilePortable(q, group, hd, r[1].k, bs, r[1].v, hd, r[1].n, scale, st, sd, next[0].k,
-                       next[0].v, next[0].n);
+        // One run a call, by the AVX2 kernel where it takes the run; the
+        // next call is this tile's second run, if any.
+        for (int x = 0; x < 2; ++x) {
+          if (r[x].n == 0) continue;
+          const Run one[2] = {r[x], Run{}};
+          const Run after_run[2] = {r[1], Run{}};
+          const Run (&nx)[2] = x == 0 && r[1].n > 0 ? after_run : next;
+          if (kernel == Kernel::kAvx2 && internal::attention::Avx2TakesRun(r[x], hd)) {
+            TileAvx2(by_dim + q_at, group, hd, one, bs, scale, st, sd, nx);
+          } else {
+            TilePortable(dq.q + q_at, group, hd, r[x].k, bs, r[x].v, hd, r[x].n, scale, st, sd,
+                         nx[0].k, nx[0].v, nx[0].n);
+          }
         }
       }
     }
     t += cur.n();
     cur = after;
   }
-  if (avx512) {
+  if (kernel == Kernel::kAvx512) {
     // The AVX-512 kernel's lanes of l, summed in a fixed order.
     for (int64_t h = 0; h < heads; ++h) {
       float* st = state + h * sd;
@@ -765,16 +767,20 @@ void Merge(const float* state, int64_t first, int64_t last, int64_t heads, int64
     const float* s = state + (c * heads + h) * sd;
     const float w = std::exp(s[hd] - mx);
     l += w * s[hd + 1];
+    // Vectorised (out and the state never overlap): a scalar loop here
+    // took 7% of a 512-key decode pass's time.
+#pragma omp simd
     for (int64_t d = 0; d < hd; ++d) out[d] += w * s[d];
   }
   const float inv = 1.0f / l;
+#pragma omp simd
   for (int64_t d = 0; d < hd; ++d) out[d] *= inv;
 }
 
 }  // namespace
 
 void AttendDecode(const DecodeQuery* queries, int64_t count, int64_t heads, const PagedKvLayer& kv,
-                  float scale, bool allow_avx512) {
+                  float scale, KernelIsa max_isa) {
   TANDEM_CHECK(kv.block_size > 0 && kv.kv_heads > 0 && kv.head_dim > 0);
   TANDEM_CHECK(heads > 0 && heads % kv.kv_heads == 0);
   TANDEM_CHECK(count >= 0);
@@ -785,7 +791,10 @@ void AttendDecode(const DecodeQuery* queries, int64_t count, int64_t heads, cons
     total += queries[s].len;
   }
   const int64_t hd = kv.head_dim, bs = kv.block_size;
-  const bool avx512 = allow_avx512 && MaxKernelIsa() >= KernelIsa::kAvx512;
+  const KernelIsa isa = std::min(max_isa, MaxKernelIsa());
+  const Kernel kernel = isa >= KernelIsa::kAvx512 ? Kernel::kAvx512
+                        : isa >= KernelIsa::kAvx2 ? Kernel::kAvx2
+                                                  : Kernel::kPortable;
 
   const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const int64_t kv_bytes = 2 * total * kv.kv_heads * hd * static_cast<int64_t>(sizeof(float));
@@ -823,7 +832,7 @@ void AttendDecode(const DecodeQuery* queries, int64_t count, int64_t heads, cons
   for (int64_t i = 0; i < num_items; ++i) {
     const int64_t s = items[i].seq;
     const DecodeQuery& dq = queries[s];
-    RunItem(dq, items[i], heads, kv, scale, avx512, state + i * heads * sd, sd);
+    RunItem(dq, items[i], heads, kv, scale, kernel, state + i * heads * sd, sd);
     // acq_rel: the merging thread sees every other item's state.
     if (std::atomic_ref<int64_t>(pending[s]).fetch_sub(1, std::memory_order_acq_rel) == 1) {
       for (int64_t h = 0; h < heads; ++h) {
