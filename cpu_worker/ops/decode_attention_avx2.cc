@@ -255,7 +255,8 @@ TANDEM_AVX2 inline void SoftmaxTile(int64_t hd, const Run (&r)[2], float (*p)[kM
 // acc[g, d .. d + 8C) = acc * corr[g] + sum_j p[g][j] v[j, d .. d + 8C)
 // over both runs: the G * C accumulators stay in registers across the
 // tile's value rows and each broadcast p[g][j] serves C vectors. The next
-// call's value rows are prefetched a line for each line loaded.
+// call's value rows are prefetched at every other vector (a line for each
+// line loaded; at C = 3 some lines twice).
 template <int G, int C>
 TANDEM_AVX2 __attribute__((always_inline)) inline void PvStep(const float (*p)[kMaxTile],
                                                               const float* corr, const Run (&r)[2],
@@ -297,13 +298,14 @@ TANDEM_AVX2 __attribute__((always_inline)) inline void PvStep(const float (*p)[k
   }
 }
 
-// acc = acc * corr + p · V over the tile, C column vectors at a time: 2 at
-// G = 3, 4 (8 accumulators, 2 value vectors, a broadcast), 4 below.
+// acc = acc * corr + p · V over the tile, C column vectors at a time: 3
+// at G = 3, 4 (at 4: 12 accumulators, 3 value vectors and a broadcast, all
+// 16 registers; 2 columns read 5-10% slower on the Zen 1 VM), 4 below.
 template <int G>
 TANDEM_AVX2 __attribute__((noinline)) void PvTile(const float (*p)[kMaxTile], const float* corr,
                                                   int64_t hd, const Run (&r)[2], float* state,
                                                   int64_t sd, const Run (&next)[2]) {
-  constexpr int C = G <= 2 ? 4 : 2;
+  constexpr int C = G <= 2 ? 4 : 3;
   int64_t d = 0;
   for (; d + 8 * C <= hd; d += 8 * C) PvStep<G, C>(p, corr, r, hd, d, state, sd, next);
   for (; d < hd; d += 8) PvStep<G, 1>(p, corr, r, hd, d, state, sd, next);
