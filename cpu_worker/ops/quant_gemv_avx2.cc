@@ -22,11 +22,10 @@ template <DType T>
 using Block = std::conditional_t<T == DType::kQ8_0, BlockQ8_0,
                                  std::conditional_t<T == DType::kQ4_0, BlockQ4_0, BlockQ4_1>>;
 
-// Block `b` of a weight row: bytes (Q4: nibbles 0..15 in element order),
-// scale and (Q4_1) min.
+// Block `b` of a weight row: bytes (Q4: nibbles 0..15 in element order)
+// and (Q4_1) min. The scales are taken R rows at once (Scales).
 template <DType T>
-TANDEM_AVX2 inline void LoadBlock(const uint8_t* row, int64_t b, __m256i& wv, __m256& ws,
-                                  __m256& ms) {
+TANDEM_AVX2 inline void LoadBlock(const uint8_t* row, int64_t b, __m256i& wv, __m256& ms) {
   const auto* blk = reinterpret_cast<const Block<T>*>(row) + b;
   if constexpr (T == DType::kQ8_0) {
     wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
@@ -36,8 +35,21 @@ TANDEM_AVX2 inline void LoadBlock(const uint8_t* row, int64_t b, __m256i& wv, __
         _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
     wv = _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
   }
-  ws = _mm256_set1_ps(_cvtsh_ss(blk->d));
   if constexpr (T == DType::kQ4_1) ms = _mm256_set1_ps(_cvtsh_ss(blk->m));
+}
+
+// The f16 scales of block `b` of R <= 4 rows, widened by one conversion
+// into lanes 0 .. R-1 (one per row had each row's widening and spread
+// over 8 lanes cost about as much as its dot product on a Zen 1 core).
+template <DType T, int R>
+TANDEM_AVX2 inline __m128 Scales(const uint8_t* w, int64_t row_bytes, int64_t b) {
+  static_assert(R <= 4);
+  uint16_t d[4] = {0, 0, 0, 0};
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) d[r] = (reinterpret_cast<const Block<T>*>(w + r * row_bytes) + b)->d;
+  return _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, static_cast<int16_t>(d[3]),
+                                    static_cast<int16_t>(d[2]), static_cast<int16_t>(d[1]),
+                                    static_cast<int16_t>(d[0])));
 }
 
 template <DType T, int R, int C>
@@ -52,26 +64,48 @@ TANDEM_AVX2 void Tile(const Task& t, int64_t j0, int64_t i0) {
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < t.groups; ++b) {
     __m256i wv[R];
-    __m256 ws[R], ms[R];
+    __m256 ms[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const uint8_t* row = t.w + (j0 + r) * t.row_bytes;
       // As in the AVX-512 kernel: ahead of the hardware prefetchers.
       _mm_prefetch(reinterpret_cast<const char*>(row + b * sizeof(Block<T>) + 512), _MM_HINT_T0);
-      LoadBlock<T>(row, b, wv[r], ws[r], ms[r]);
+      LoadBlock<T>(row, b, wv[r], ms[r]);
+    }
+    const __m128 ws = Scales<T, R>(t.w + j0 * t.row_bytes, t.row_bytes, b);
+    // Spread over 8 lanes from memory (a load; a spread from a register
+    // takes a vector unit).
+    alignas(16) float ws_at[4];
+    __m256 ws_r[R];
+    if constexpr (C > 1) {
+      _mm_store_ps(ws_at, ws);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) ws_r[r] = _mm256_broadcast_ss(&ws_at[r]);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       const Act256* a = a0 + c * t.act_stride + b;
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a->q));
       const __m256 xs = _mm256_broadcast_ss(&a->xs);
+      // d_w * d_x of each row: one row of x forms the R products four
+      // lanes at once, more rows reuse the rows' spread scales.
+      __m256 wx[R];
+      if constexpr (C == 1) {
+        alignas(16) float wx_at[4];
+        _mm_store_ps(wx_at, _mm_mul_ps(ws, _mm256_castps256_ps128(xs)));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) wx[r] = _mm256_broadcast_ss(&wx_at[r]);
+      } else {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) wx[r] = _mm256_mul_ps(ws_r[r], xs);
+      }
       if constexpr (T == DType::kQ8_0) {
         const __m256i aq = _mm256_sign_epi8(q, q);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const __m256i p16 = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(wv[r], q));
           const __m256i dot = _mm256_madd_epi16(p16, ones);
-          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[r], xs), acc[r][c]);
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), wx[r], acc[r][c]);
         }
       } else if constexpr (T == DType::kQ4_0) {
         const __m256i ci = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a->c.i));
@@ -79,14 +113,14 @@ TANDEM_AVX2 void Tile(const Task& t, int64_t j0, int64_t i0) {
         for (int r = 0; r < R; ++r) {
           const __m256i dot =
               _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], q), ones), ci);
-          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[r], xs), acc[r][c]);
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), wx[r], acc[r][c]);
         }
       } else {
         const __m256 cf = _mm256_loadu_ps(a->c.f);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], q), ones);
-          const __m256 u = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[r], xs),
+          const __m256 u = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), wx[r],
                                            _mm256_mul_ps(ms[r], cf));
           acc[r][c] = _mm256_add_ps(acc[r][c], u);
         }
