@@ -116,7 +116,8 @@ void BM_AttendDecode(benchmark::State& state) {
   }
 }
 // Hot: 2 x 128 keys x 2 KiB = 512 KiB of K and V at head_dim 128. From
-// L3: 8 MiB. Cold: 1 GiB.
+// L2 and L3: 1 and 2 MiB (256 and 512 keys; with OMP_NUM_THREADS=1, the
+// kernel's arithmetic rate on a small CPU), 8 MiB. Cold: 1 GiB.
 BENCHMARK(BM_AttendDecode)
     ->ArgNames({"ctx", "seqs", "hd", "group"})
     ->Args({128, 1, 128, 4})
