@@ -285,7 +285,7 @@ void Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias,
   TANDEM_CHECK(m >= 0);
   if (m == 0) return;
   if (w.packed_quant()) {
-    if (m <= internal::kPackedQuantMaxRows) {
+    if (m <= internal::kPackedQuantMaxRows || internal::PackedQuantTakesEveryBatch()) {
       internal::PackedQuantLinear(w.block_type(), x, m, w.data(), w.rows(), w.cols(), bias, y);
     } else {
       internal::QuantLinearViaGemm(x, m, w.data(), w.block_type(), w.rows(), w.cols(), bias, y,

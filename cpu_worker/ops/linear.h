@@ -83,7 +83,8 @@ namespace tandem::ops {
 //               batch classes above);
 //   kQuantized  as kBF16, and GGUF Q8_0/Q4_0/Q4_1 blocks computed in place
 //               (int8 activations per 32-block on VNNI/AVX2 for up to a few
-//               rows, dequantized bf16 panels through the GEMM above): a
+//               rows, or for all of them where PackedQuantTakesEveryBatch,
+//               dequantized bf16 panels through the GEMM above): a
 //               quarter of the bytes, but rows round differently on the two
 //               paths, so a request's tokens can depend on its batch.
 enum class ComputeType { kF32, kBF16, kQuantized };
@@ -187,7 +188,9 @@ class LinearWeight {
 // y[M, N] = x[M, K] · W^T + bias. `bias` may be null. Thread-safe; caches
 // oneDNN primitives per shape (bf16: with M rounded up to a few sizes per
 // octave, OnednnRows). Quantized weights: decode-sized batches take the
-// int8 kernels; larger ones up to 32 rows, where AMX is usable, the AMX
+// int8 kernels (weights packed at load on a VNNI CPU every batch, prefill
+// included: PackedQuantTakesEveryBatch in quant_packed.h); larger ones up
+// to 32 rows, where AMX is usable, the AMX
 // kernel on int8 tiles (AmxQuantInt8Linear, activations quantized as the
 // int8 kernels' are; a row's result does not depend on its batch within
 // the rows it takes, 5-32), and the rest

@@ -149,10 +149,28 @@ void UnpackQuantRow(DType t, const void* packed, int64_t k, void* blocks) {
   }
 }
 
+bool PackedQuantTakesEveryBatch() {
+  return QuantPacksHere() && MaxKernelIsa() >= KernelIsa::kAvx512Vnni;
+}
+
+int64_t PackedQuantSliceRows(int64_t k) {
+  constexpr int64_t kSliceBytes = int64_t{512} << 10;
+  // A row's activations: k quantized bytes and, per superblock of 512,
+  // the scales and correction terms (ActQ8Packed).
+  const int64_t row_bytes = (k / kBlock + 15) / 16 * static_cast<int64_t>(sizeof(ActQ8Packed));
+  return std::max(kPackedQuantMaxRows, kSliceBytes / std::max<int64_t>(row_bytes, 1) / 4 * 4);
+}
+
 void PackedQuantLinear(DType t, const float* x, int64_t m, const void* w, int64_t n, int64_t k,
                        const float* bias, float* y) {
-  const PackedQuantCall call{t, x, m, w, n, k, bias, y};
-  PackedQuantLinearGroup(&call, 1);
+  const int64_t slice =
+      m > kPackedQuantMaxRows ? PackedQuantSliceRows(k) : std::max<int64_t>(m, 1);
+  int64_t i0 = 0;
+  do {
+    const PackedQuantCall call{t, x + i0 * k, std::min(slice, m - i0), w, n, k, bias, y + i0 * n};
+    PackedQuantLinearGroup(&call, 1);
+    i0 += slice;
+  } while (i0 < m);
 }
 
 void PackedQuantLinearGroup(const PackedQuantCall* calls, int64_t count) {

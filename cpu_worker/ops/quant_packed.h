@@ -87,12 +87,33 @@ void UnpackQuantRow(DType t, const void* packed, int64_t k, void* blocks);
 // place ran 456-531 and 515 GFLOP/s.
 inline constexpr int64_t kPackedQuantMaxRows = 32;
 
+// True if Linear runs every batch on packed quantized weights through the
+// int8 kernel, prefill included, not only up to kPackedQuantMaxRows rows:
+// where it has VNNI. On the Zen 4 VM (bf16 GEMM 250-410 GFLOP/s, int8
+// 245-375, both swinging with the VM's neighbours) a 4096 x 4096 Q8_0
+// weight ran 64 rows at 285-311 GOPS on it against 185-214 GFLOP/s through
+// dequantized bf16 panels and oneDNN, and 512 rows at 263-286 against
+// 180-290; prefill of the synthetic models 11-73 % faster (dense 128
+// tokens 135-141 to 193-201 tokens/s, MoE 512 tokens 555-576 to 628-737;
+// docs/PERFORMANCE.md). Without VNNI the kernel emulates vpdpbusd in three
+// AVX-512 BW instructions; that was not measured against the panels, which
+// keep those batches.
+bool PackedQuantTakesEveryBatch();
+
 // y[m, n] = x[m, k] · W^T (+ bias[n]) on the packed [n, k] weight `w` of
 // type t, with x quantized per block of 32 as QuantLinear does. Needs
-// AVX-512 BW (QuantPacksHere). Any m works; uses a thread-local scratch of
-// about 1.25 * m * k bytes, grown once.
+// AVX-512 BW (QuantPacksHere). Any m works: past PackedQuantSliceRows(k)
+// rows, in slices of that many, so that a slice's quantized activations
+// (which every pair of weight rows reads in turn) stay in L2 rather than
+// coming from L3 for each pair. A row's result is the same bits in any
+// batch. Uses a thread-local scratch of about 1.25 * m * k bytes (a
+// slice's), grown once.
 void PackedQuantLinear(DType t, const float* x, int64_t m, const void* w, int64_t n, int64_t k,
                        const float* bias, float* y);
+// Rows of x per slice of PackedQuantLinear: about 512 KiB of quantized
+// activations, a multiple of 4 rows (the kernel's tile), at least
+// kPackedQuantMaxRows.
+int64_t PackedQuantSliceRows(int64_t k);
 
 // The plain loop the kernel's activation quantization (an AVX-512 one,
 // quant::PrepPackedQ8RowAvx512) is tested against: one row of x of nb

@@ -170,11 +170,17 @@ TEST(QuantPackedTest, RowResultDoesNotDependOnTheBatchOrThreads) {
   for (DType t : kTypes) {
     SCOPED_TRACE(Name(t));
     const QuantWeight w = MakeQuant(rng, t, n, k);
-    const int64_t rows = 32;
+    // Past two slices of rows (PackedQuantLinear's), a short last one.
+    const int64_t slice = internal::PackedQuantSliceRows(k);
+    ASSERT_GT(slice, 32);
+    const int64_t rows = 2 * slice + 7;
     const std::vector<float> x = Normal(rng, rows * k);
     std::vector<float> all(static_cast<size_t>(rows * n));
     internal::PackedQuantLinear(t, x.data(), rows, w.packed.data(), n, k, nullptr, all.data());
-    for (int64_t m = 1; m <= rows; ++m) {
+    std::vector<int64_t> sizes;
+    for (int64_t m = 1; m <= 32; ++m) sizes.push_back(m);
+    for (int64_t m : {slice - 1, slice, slice + 5, rows}) sizes.push_back(m);
+    for (int64_t m : sizes) {
       omp_set_num_threads(m % 2 == 0 ? 1 : threads);
       const int64_t first = static_cast<int64_t>(rng() % (rows - m + 1));
       std::vector<float> y(static_cast<size_t>(m * n), NAN);
@@ -319,10 +325,11 @@ WeightStorage InPlaceStorage(DType t) {
 // LinearWeight packs quantized weights for the host's own kernels where
 // QuantPacksHere holds, never for a layout others read. Every batch size
 // then gives x_hat times the dequantized weight: on the packed int8 kernel
-// (up to kPackedQuantMaxRows rows) within its f32 bound of the reference on
-// the rounded activations, and within twice that of the in-place int8
-// kernel where that takes the batch too; above, the same bits as the
-// blocks in place (both dequantize the same values for the same GEMM).
+// (up to kPackedQuantMaxRows rows, or every batch where
+// PackedQuantTakesEveryBatch) within its f32 bound of the reference on the
+// rounded activations, and within twice that of the in-place int8 kernel
+// where that takes the batch too; otherwise the same bits as the blocks in
+// place (both dequantize the same values for the same GEMM).
 TEST(QuantPackedTest, LinearWeightPacksOnlyForTheCpuAndAgreesWithTheBlocksInPlace) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -354,12 +361,13 @@ TEST(QuantPackedTest, LinearWeightPacksOnlyForTheCpuAndAgreesWithTheBlocksInPlac
     EXPECT_EQ(packed->block_type(), t);
     EXPECT_EQ(packed->nbytes(), internal::PackedQuantBytes(t, n, k));
     EXPECT_NE(packed->data(), w.blocks.data());
-    for (int64_t m : {1, 4, 8, 9, 16, 32, 33, 70}) {
+    // 150: two of PackedQuantLinear's slices at this k.
+    for (int64_t m : {1, 4, 8, 9, 16, 32, 33, 70, 150}) {
       const std::vector<float> x = Normal(rng, m * k);
       std::vector<float> y(static_cast<size_t>(m * n), NAN), y0(y.size(), NAN);
       Linear(x.data(), m, *packed, nullptr, y.data());
       Linear(x.data(), m, *in_place, nullptr, y0.data());
-      if (m > internal::kPackedQuantMaxRows) {
+      if (m > internal::kPackedQuantMaxRows && !internal::PackedQuantTakesEveryBatch()) {
         EXPECT_TRUE(std::equal(y.begin(), y.end(), y0.begin()))
             << "m " << m << ": the packed weight's dequantized batch differs from in place";
         continue;

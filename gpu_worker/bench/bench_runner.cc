@@ -14,6 +14,7 @@
 #include "cpu_worker/ops/bf16_packed.h"
 #include "cpu_worker/ops/cpu_features.h"
 #include "cpu_worker/ops/linear.h"
+#include "cpu_worker/ops/quant_packed.h"
 #include "cpu_worker/perf/machine_info.h"
 #include "cpu_worker/perf/machine_probe.h"
 #include "gpu_worker/bench/expert_usage.h"
@@ -194,8 +195,11 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
     r.model.compute = absl::StrCat(
         type, " packed for the int8 kernel at load (",
         ops::MaxKernelIsa() >= ops::KernelIsa::kAvx512Vnni ? "vpdpbusd" : "no VNNI: vpmaddubsw",
-        "); int8 in decode up to ", perf::Int8KernelMaxRows(), " rows, dequantized to ",
-        ops::CpuHasBf16() ? "bf16" : "f32", " above and in prefill");
+        ops::internal::PackedQuantTakesEveryBatch()
+            ? "); int8 at every batch, prefill included"
+            : absl::StrCat("); int8 in decode up to ", perf::Int8KernelMaxRows(),
+                           " rows, dequantized to ", ops::CpuHasBf16() ? "bf16" : "f32",
+                           " above and in prefill"));
   } else if (st == "f32" || (st == "bf16" && ops::CpuHasBf16())) {
     r.model.compute = st;
   } else if (st == "bf16" || st == "f16") {

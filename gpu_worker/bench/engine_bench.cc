@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "cpu_worker/ops/cpu_features.h"
+#include "cpu_worker/ops/quant_packed.h"
 #include "cpu_worker/perf/machine_probe.h"
 #include "gpu_worker/engine/generator.h"
 
@@ -64,16 +66,22 @@ bool Quantized(const ModelCosts& c) {
 // Prefill runs bf16 GEMMs where the CPU has them (bf16 weights, and
 // quantized ones dequantized to bf16 panels); elsewhere 16-bit and
 // quantized weights widen panels for the f32 GEMM, whose peak is the bound.
+// Quantized weights packed for the int8 kernel on a VNNI CPU take it at
+// every batch: the faster of its peak and the bf16 GEMM's.
 PeakKind PrefillPeak(const ModelCosts& c) {
   if (c.weight_storage == "f32" || c.weight_storage == "f16") return PeakKind::kF32;
+  if (Quantized(c) && ops::internal::PackedQuantTakesEveryBatch()) {
+    return ops::CpuHasBf16() ? PeakKind::kInt8OrBf16 : PeakKind::kInt8;
+  }
   return ops::CpuHasBf16() ? PeakKind::kBF16 : PeakKind::kF32;
 }
 
-// Quantized weights run the int8 kernels only up to a few rows; larger
-// batches compute in bf16 on dequantized weights (the AMX kernel up to 32
-// rows, prefill's dequantizing GEMM above). The attention projections and
-// the LM head see all `batch` rows (a routed expert fewer: this is the
-// choice for the dense part).
+// Quantized weights run the int8 kernels up to a few rows; larger batches
+// as prefill does (in bf16 on dequantized weights: the AMX kernel up to 32
+// rows, prefill's dequantizing GEMM above; or the int8 kernel where it
+// takes every batch). The attention projections and the LM head see all
+// `batch` rows (a routed expert fewer: this is the choice for the dense
+// part).
 PeakKind DecodePeak(const ModelCosts& c, int64_t batch) {
   return Quantized(c) && batch <= perf::Int8KernelMaxRows() ? PeakKind::kInt8 : PrefillPeak(c);
 }
