@@ -92,12 +92,12 @@ inline constexpr int64_t kPackedQuantMaxRows = 32;
 // where it has VNNI. On the Zen 4 VM (bf16 GEMM 250-410 GFLOP/s, int8
 // 245-375, both swinging with the VM's neighbours) a 4096 x 4096 Q8_0
 // weight ran 64 rows at 285-311 GOPS on it against 185-214 GFLOP/s through
-// dequantized bf16 panels and oneDNN, and 512 rows at 263-286 against
-// 180-290; prefill of the synthetic models 11-73 % faster (dense 128
-// tokens 135-141 to 193-201 tokens/s, MoE 512 tokens 555-576 to 628-737;
-// docs/PERFORMANCE.md). Without VNNI the kernel emulates vpdpbusd in three
-// AVX-512 BW instructions; that was not measured against the panels, which
-// keep those batches.
+// dequantized bf16 panels and oneDNN, 512 rows at 251-296 against 180-290;
+// in three alternating rounds of the synthetic models prefill ran 7-49 %
+// faster (dense 512 tokens 116-179 tokens/s against 109-146, MoE 500-665
+// against 430-445; docs/PERFORMANCE.md). Without VNNI the kernel emulates
+// vpdpbusd in three AVX-512 BW instructions; that was not measured against
+// the panels, which keep those batches.
 bool PackedQuantTakesEveryBatch();
 
 // y[m, n] = x[m, k] · W^T (+ bias[n]) on the packed [n, k] weight `w` of
