@@ -93,7 +93,7 @@ inline constexpr int64_t kPackedQuantMaxRows = 32;
 // 245-375, both swinging with the VM's neighbours) a 4096 x 4096 Q8_0
 // weight ran 64 rows at 285-311 GOPS on it against 185-214 GFLOP/s through
 // dequantized bf16 panels and oneDNN, 512 rows at 251-296 against 180-290;
-// in three alternating rounds of the synthetic models prefill ran 7-49 %
+// in three alternating rounds of the synthetic models prefill ran 6-49 %
 // faster (dense 512 tokens 116-179 tokens/s against 109-146, MoE 500-665
 // against 430-445; docs/PERFORMANCE.md). Without VNNI the kernel emulates
 // vpdpbusd in three AVX-512 BW instructions; that was not measured against
