@@ -65,7 +65,6 @@ void ExpectClose(double got, double want, const std::string& what) {
   EXPECT_NEAR(got, want, 1e-9 * std::max(1.0, std::fabs(want))) << what;
 }
 
-// `roofline`: the report's peaks every figure is held against.
 // The report's peak of that name: "int8|bf16" is the faster of the two
 // (quantized weights the int8 kernel takes at every batch).
 double PeakNamed(const json& roofline, const std::string& name) {
@@ -75,6 +74,7 @@ double PeakNamed(const json& roofline, const std::string& name) {
   return roofline.value(name + "_gflops", 0.0);
 }
 
+// `roofline`: the report's peaks every figure is held against.
 void ExpectFigure(const json& f, const std::string& where, bool moe, const json& roofline) {
   for (const char* k :
        {"sequences", "tokens", "context", "keys", "tokens_per_s", "flops_per_unit",
