@@ -80,7 +80,7 @@ void PackQuant(DType t, const void* src, int64_t n, int64_t k, void* dst);
 void UnpackQuantRow(DType t, const void* packed, int64_t k, void* blocks);
 
 // Linear runs batches of up to this many rows on the packed int8 kernel
-// (tiles of two weight rows and four rows of x); larger ones dequantize
+// (tiles of up to four weight rows and four rows of x); larger ones dequantize
 // panels for oneDNN's GEMM (QuantLinearViaGemm). On the AMD EPYC VM (4096
 // x 4096, 2 threads, warm) the kernel ran Q8_0's 16 and 32 rows at 526 and
 // 599 GOPS, where the bf16 dot-product kernel on blocks dequantized in

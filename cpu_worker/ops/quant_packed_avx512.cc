@@ -22,6 +22,10 @@ TANDEM_QP_TARGET inline __m512i DotBytes(__m512i acc, __m512i w, __m512i x) {
   return _mm512_dpbusd_epi32(acc, w, x);
 }
 
+// Tiles of four weight rows against three rows of x from nine rows of x
+// (quant_packed_kernel.inc says why).
+constexpr bool kWideTiles = true;
+
 #include "cpu_worker/ops/quant_packed_kernel.inc"
 
 // The values as above rounded to nearest even by vcvtne2ps2bf16, as

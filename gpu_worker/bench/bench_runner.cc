@@ -72,9 +72,9 @@ absl::Status MeasureMachine(const BenchOptions& o, BenchReport* r) {
                    " rows)"));
   TANDEM_ASSIGN_OR_RETURN(r->gemm_f32, Gemm(perf::GemmKind::kF32, s, s, o));
   TANDEM_ASSIGN_OR_RETURN(r->gemm_bf16, Gemm(perf::GemmKind::kBF16, s, s, o));
-  // The int8 kernel passes its rows of x four at a time against two or four
-  // weight rows (quant_packed_avx512.cc, quant_gemv_avx512.cc), so one pass
-  // of 4 rows can outrun two of 8 (on the AMD EPYC VM decode B = 4 once
+  // The int8 kernel passes its rows of x four or three at a time against two
+  // or four weight rows (quant_packed_kernel.inc, quant_gemv_avx512.cc), so
+  // one pass of 4 rows can outrun two of 8 (on the AMD EPYC VM decode B = 4 once
   // read 108% of an 8-row peak): each peak is the faster of the two. Q4_0
   // weights take the same kernels with half the weight loads (packed, at
   // 1.2-1.4x Q8_0's rate on the AMD EPYC VM), so they get a peak of their
