@@ -32,9 +32,9 @@ TANDEM_QP_TARGET inline __m512i DotBytes(__m512i acc, __m512i w, __m512i x) {
   }
 }
 
-// vpdpbusd's stand-in above holds three constants and two temporaries, so
-// the 2 x 4 tiles serve every batch here (the 4 x 3 ones were not measured
-// without VNNI).
+// vpdpbusd's stand-in above needs registers of its own (for Q8_0 three
+// constants and two temporaries), so the 2 x 4 tiles serve every batch
+// here; the wide ones were not measured without VNNI.
 constexpr bool kWideTiles = false;
 
 #include "cpu_worker/ops/quant_packed_kernel.inc"
