@@ -221,16 +221,20 @@ int64_t Int8KernelMaxRows() {
   return m;
 }
 
+bool Int8KernelTakesRows(int64_t m) {
+  return m > 0 && (m <= Int8KernelMaxRows() || ops::internal::QuantPacksHere());
+}
+
 absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n, int64_t k,
                                             int warmup, int repeats) {
   if (m <= 0 || n <= 0 || k <= 0 || repeats <= 0 || warmup < 0) {
     return absl::InvalidArgumentError("gemm probe: sizes must be positive");
   }
   const bool int8 = kind == GemmKind::kInt8 || kind == GemmKind::kInt8Q4;
-  if (int8 && (m > Int8KernelMaxRows() || k % 32 != 0)) {
+  if (int8 && (!Int8KernelTakesRows(m) || k % 32 != 0)) {
     return absl::InvalidArgumentError(absl::StrCat("gemm probe: the int8 kernel takes at most ",
                                                    Int8KernelMaxRows(),
-                                                   " rows and K a multiple of 32"));
+                                                   " rows here and K a multiple of 32"));
   }
   std::vector<float> wf(static_cast<size_t>(n * k));
   FillValues(wf.data(), n * k);

@@ -59,7 +59,7 @@ absl::StatusOr<std::vector<double>> CopyBandwidthGbs(int64_t bytes, int warmup, 
 enum class GemmKind {
   kF32,   // f32 weights, oneDNN f32 GEMM
   kBF16,  // bf16 weights: oneDNN bf16 (AVX512-BF16/AMX) where the CPU has it, else f32
-  kInt8,    // Q8_0 weights: the int8 (VNNI/AVX2) kernels, small batches only
+  kInt8,    // Q8_0 weights: the int8 (VNNI/AVX2) kernels, at the batches they take
   kInt8Q4,  // Q4_0 weights on the same kernels: fewer loads per weight, another rate
 };
 
@@ -70,15 +70,21 @@ struct GemmMeasurement {
 };
 
 // y[m, n] = x[m, k] · W[n, k]^T through ops::Linear, W built in the kind's
-// storage. For kInt8 and kInt8Q4, m must be small enough for the int8 kernel (larger
-// batches dequantize to a bf16/f32 GEMM, which is not an int8 figure):
-// InvalidArgument otherwise, as for non-positive sizes.
+// storage. For kInt8 and kInt8Q4, m must be one the int8 kernel takes
+// (Int8KernelTakesRows; larger batches dequantize to a bf16/f32 GEMM, which
+// is not an int8 figure): InvalidArgument otherwise, as for non-positive
+// sizes.
 absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n, int64_t k,
                                             int warmup, int repeats);
 
 // Rows up to which ops::Linear runs Q8_0 weights, as the host device loads
-// them, on the int8 kernels.
+// them, on the int8 kernels in decode.
 int64_t Int8KernelMaxRows();
+// Whether ops::Linear runs a batch of m rows of Q8_0 weights, as the host
+// device loads them, on the int8 kernels: up to Int8KernelMaxRows(), or any
+// m where the weights are packed for the int8 kernel at load (prefill
+// included, ops::internal::QuantPacksHere).
+bool Int8KernelTakesRows(int64_t m);
 
 // Microseconds per call of a 1-row Linear on a 16x16 f32 weight (the host
 // device's "kernel launch"), averaged over 1000 calls per repeat.

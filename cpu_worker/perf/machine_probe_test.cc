@@ -1,5 +1,6 @@
 #include "cpu_worker/perf/machine_probe.h"
 
+#include "cpu_worker/ops/quant_packed.h"
 #include "cpu_worker/ops/stream_prefetch.h"
 #include "cpu_worker/perf/machine_info.h"
 #include "cpu_worker/perf/timing.h"
@@ -52,8 +53,21 @@ TEST(MachineProbeTest, GemmEveryKind) {
     EXPECT_NE(q->path.find("int8"), std::string::npos);
     EXPECT_NE(q->path.find(kind == GemmKind::kInt8 ? "Q8_0" : "Q4_0"), std::string::npos)
         << q->path;
-    // Past the int8 kernel's rows Linear dequantizes: not an int8 figure.
-    EXPECT_FALSE(MeasureGemm(kind, Int8KernelMaxRows() + 1, 128, 128, 0, 1).ok());
+    const int64_t past = Int8KernelMaxRows() + 1;
+    if (ops::internal::QuantPacksHere()) {
+      // Packed at load, the int8 kernel takes prefill too: a batch past its
+      // decode rows is still an int8 figure.
+      EXPECT_TRUE(Int8KernelTakesRows(past));
+      auto big = MeasureGemm(kind, past, 128, 128, 0, 1);
+      ASSERT_TRUE(big.ok()) << big.status();
+      EXPECT_EQ(big->m, past);
+      EXPECT_NE(big->path.find("packed (int8"), std::string::npos) << big->path;
+    } else {
+      // Past the int8 kernel's rows Linear dequantizes: not an int8 figure.
+      EXPECT_FALSE(Int8KernelTakesRows(past));
+      EXPECT_FALSE(MeasureGemm(kind, past, 128, 128, 0, 1).ok());
+    }
+    EXPECT_FALSE(Int8KernelTakesRows(0));
   }
   EXPECT_FALSE(MeasureGemm(GemmKind::kF32, 0, 8, 8, 0, 1).ok());
 }

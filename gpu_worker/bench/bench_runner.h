@@ -33,7 +33,8 @@ struct BenchOptions {
   int repeats = 5;
   int warmup = 1;
   int64_t bandwidth_bytes = int64_t{1} << 30;
-  int64_t gemm_size = 2048;         // M = N = K of the f32/bf16 peaks; N = K of int8
+  int64_t gemm_size = 2048;         // M = N = K of the f32/bf16 peaks; N = K of int8 (M too
+                                    // where the int8 kernel takes prefill)
   EngineBenchOptions engine;        // repeats/warmup overwritten from above
   AttentionBenchOptions attention;  // likewise
   // Progress lines ("measuring ..."), e.g. to stderr; may be empty.
