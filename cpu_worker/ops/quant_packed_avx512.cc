@@ -22,7 +22,7 @@ TANDEM_QP_TARGET inline __m512i DotBytes(__m512i acc, __m512i w, __m512i x) {
   return _mm512_dpbusd_epi32(acc, w, x);
 }
 
-// Tiles of four weight rows against three rows of x from nine rows of x
+// Tiles of four weight rows against three rows of x from five rows of x
 // (quant_packed_kernel.inc says why).
 constexpr bool kWideTiles = true;
 
