@@ -231,10 +231,12 @@ absl::StatusOr<GemmMeasurement> MeasureGemm(GemmKind kind, int64_t m, int64_t n,
     return absl::InvalidArgumentError("gemm probe: sizes must be positive");
   }
   const bool int8 = kind == GemmKind::kInt8 || kind == GemmKind::kInt8Q4;
-  if (int8 && (!Int8KernelTakesRows(m) || k % 32 != 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("gemm probe: the int8 kernel takes at most ",
-                                                   Int8KernelMaxRows(),
-                                                   " rows here and K a multiple of 32"));
+  if (int8 && k % 32 != 0) {
+    return absl::InvalidArgumentError("gemm probe: the int8 kernel takes K a multiple of 32");
+  }
+  if (int8 && !Int8KernelTakesRows(m)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gemm probe: the int8 kernel takes at most ", Int8KernelMaxRows(), " rows here"));
   }
   std::vector<float> wf(static_cast<size_t>(n * k));
   FillValues(wf.data(), n * k);

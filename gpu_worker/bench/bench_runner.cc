@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/checkpoint.h"
 #include "common/mapped_file.h"
 #include "common/status_macros.h"
@@ -68,12 +69,14 @@ absl::Status MeasureMachine(const BenchOptions& o, BenchReport* r) {
   r->machine = perf::DescribeMachine();
   TANDEM_ASSIGN_OR_RETURN(r->bandwidth, Bandwidth(o, static_cast<int>(r->machine.omp_threads)));
   const int64_t s = o.gemm_size;
+  // The int8 peaks' batches (why: int8_peak below). Packed at load, the
+  // int8 kernel takes prefill too.
   const int64_t int8_rows = perf::Int8KernelMaxRows();
-  // Packed at load, the int8 kernel takes prefill too.
-  const bool int8_prefill = perf::Int8KernelTakesRows(s);
-  say(absl::StrCat("measuring GEMM peaks (", s, "^3 f32 and bf16, int8 at ", int8_rows,
-                   int8_prefill ? absl::StrCat(", 4 and ", s) : std::string(" and 4"),
-                   " rows)"));
+  std::vector<int64_t> int8_batches = {int8_rows};
+  if (int8_rows > 4) int8_batches.push_back(4);
+  if (perf::Int8KernelTakesRows(s) && s > int8_rows) int8_batches.push_back(s);
+  say(absl::StrCat("measuring GEMM peaks (", s, "^3 f32 and bf16, int8 at ",
+                   absl::StrJoin(int8_batches, ", "), " rows)"));
   TANDEM_ASSIGN_OR_RETURN(r->gemm_f32, Gemm(perf::GemmKind::kF32, s, s, o));
   TANDEM_ASSIGN_OR_RETURN(r->gemm_bf16, Gemm(perf::GemmKind::kBF16, s, s, o));
   // The int8 kernel passes its rows of x four or three at a time against two
@@ -86,13 +89,10 @@ absl::Status MeasureMachine(const BenchOptions& o, BenchReport* r) {
   // (packed, at 1.2-1.4x Q8_0's rate on the AMD EPYC VM), so they get a peak
   // of their own.
   auto int8_peak = [&](perf::GemmKind kind) -> absl::StatusOr<PeakFigure> {
-    TANDEM_ASSIGN_OR_RETURN(PeakFigure best, Gemm(kind, int8_rows, s, o));
-    std::vector<int64_t> more;
-    if (int8_rows > 4) more.push_back(4);
-    if (int8_prefill && s > int8_rows) more.push_back(s);
-    for (int64_t m : more) {
-      TANDEM_ASSIGN_OR_RETURN(PeakFigure other, Gemm(kind, m, s, o));
-      if (other.value.max > best.value.max) best = other;
+    PeakFigure best;
+    for (int64_t m : int8_batches) {
+      TANDEM_ASSIGN_OR_RETURN(PeakFigure p, Gemm(kind, m, s, o));
+      if (m == int8_batches.front() || p.value.max > best.value.max) best = p;
     }
     return best;
   };
