@@ -188,8 +188,15 @@ TEST_P(TokenMaskTest, CachedMasksAreTheComputedOnes) {
     for (char c : text) {
       const std::string fresh = (*masker)->ComputeMask(g);
       ASSERT_EQ((*masker)->AllowedMask(g), fresh) << text;
+      // Each state's first equal one is checked, and an eighth of the rest
+      // (all of them would be quadratic in ComputeMask calls). Every
+      // document starts in the same state, so the second one's first state
+      // always has an equal one: sampling them all (as before) found none
+      // for some seeds.
+      bool checked = false;
       for (const SchemaGrammar& other : seen) {
-        if (other == g && rng() % 8 == 0) {
+        if (other == g && (!checked || rng() % 8 == 0)) {
+          checked = true;
           ++equal_pairs;
           ASSERT_EQ((*masker)->ComputeMask(other), fresh) << text;
         }
