@@ -302,12 +302,14 @@ class Engine {
   };
   absl::Status Grow(Scratch& s, int64_t n);
 
-  // The mapping outlives the device: a CUDA device unpins the streamed
-  // weights' host pages when it goes, and they must still be mapped then.
+  // The mapping and the weights outlive the device: a CUDA device unpins
+  // the streamed weights' host pages when it goes, and they must still be
+  // mapped then, the buffers the weights own (f16 widened to f32, a
+  // column slice of a split down projection) included.
   std::unique_ptr<Checkpoint> ckpt_;
+  ModelWeights weights_;
   std::unique_ptr<Device> own_device_;  // before what it allocates: released after it
   Device* dev_ = nullptr;
-  ModelWeights weights_;
   std::string load_notice_;
   std::unique_ptr<KvCache> kv_;
   std::vector<float> inv_freq_;
