@@ -16,6 +16,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "gpu_worker/cuda/cuda_resources.h"
 #include "gpu_worker/engine/all_reduce.h"
 
@@ -28,10 +29,15 @@ absl::StatusOr<std::string> NewNcclGroupId();
 
 class NcclAllReduce final : public AllReduce {
  public:
-  // Joins the group on `device` (blocks until every rank has joined).
-  // InvalidArgument for a malformed id or rank.
-  static absl::StatusOr<std::unique_ptr<NcclAllReduce>> Create(const std::string& group_id,
-                                                               int rank, int size, int device);
+  // Joins the group on `device` (blocks until every rank has joined, at
+  // most `timeout`: DeadlineExceeded after it). InvalidArgument for a
+  // malformed id or rank. The communicator is NCCL's non-blocking kind, so
+  // that a late or dead peer fails Sum() after `timeout` (DeadlineExceeded)
+  // or as soon as NCCL reports it (Unavailable); the group is then aborted
+  // and every later Sum() fails (FailedPrecondition).
+  static absl::StatusOr<std::unique_ptr<NcclAllReduce>> Create(
+      const std::string& group_id, int rank, int size, int device,
+      absl::Duration timeout = absl::Seconds(60));
   ~NcclAllReduce() override;
 
   int rank() const override { return rank_; }
@@ -40,11 +46,15 @@ class NcclAllReduce final : public AllReduce {
   absl::Status Sum(float* data, int64_t n) override;
 
  private:
-  NcclAllReduce(int rank, int size, ncclComm_t comm, Stream stream)
-      : rank_(rank), size_(size), comm_(comm), stream_(std::move(stream)) {}
+  NcclAllReduce(int rank, int size, ncclComm_t comm, Stream stream, absl::Duration timeout)
+      : rank_(rank), size_(size), comm_(comm), stream_(std::move(stream)), timeout_(timeout) {}
+  // Aborts the communicator (it is unusable after a failure) and returns s.
+  absl::Status Fail(absl::Status s);
+
   int rank_, size_;
-  ncclComm_t comm_;
+  ncclComm_t comm_;  // null once aborted
   Stream stream_;
+  absl::Duration timeout_;
 };
 
 }  // namespace tandem::cuda

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "gpu_worker/cuda/device_info.h"
 #include "gtest/gtest.h"
 
@@ -43,10 +44,20 @@ TEST(NcclAllReduce, RanksOnEveryGpuGetTheSameSums) {
         status[r] = buf.status();
         return;
       }
-      cudaMemcpy(buf->data(), in[r].data(), n * sizeof(float), cudaMemcpyHostToDevice);
+      // cudaMemcpy from pageable memory may return before the DMA lands,
+      // and NCCL's stream does not wait for the legacy stream: synchronise.
+      if (cudaMemcpy(buf->data(), in[r].data(), n * sizeof(float), cudaMemcpyHostToDevice) !=
+              cudaSuccess ||
+          cudaDeviceSynchronize() != cudaSuccess) {
+        status[r] = absl::InternalError("copying the rank's input to the GPU failed");
+        return;
+      }
       status[r] = (*ar)->Sum(buf->as<float>(), n);
       out[r].resize(n);
-      cudaMemcpy(out[r].data(), buf->data(), n * sizeof(float), cudaMemcpyDeviceToHost);
+      if (cudaMemcpy(out[r].data(), buf->data(), n * sizeof(float), cudaMemcpyDeviceToHost) !=
+          cudaSuccess) {
+        status[r] = absl::InternalError("copying the rank's sum back failed");
+      }
     });
   }
   for (auto& t : threads) t.join();
