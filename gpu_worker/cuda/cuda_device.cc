@@ -265,6 +265,12 @@ absl::Status CudaDevice::Prepare(const ModelWeights& w, const std::vector<float>
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(inv_freq_.data(), inv_freq.data(),
                                          inv_freq.size() * sizeof(float),
                                          cudaMemcpyHostToDevice));
+  // The uploads above are cudaMemcpy calls on the legacy default stream,
+  // which from pageable memory may return once the bytes are staged,
+  // before the DMA lands; the ops run on stream_, a non-blocking stream
+  // that does not wait for the legacy one. Wait here, so that no kernel
+  // can read a weight (or inv_freq_, the last copy) before it is there.
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return absl::OkStatus();
 }
 
@@ -520,7 +526,16 @@ absl::Status CudaDevice::RouteTopK(const float* logits, int64_t n, int64_t exper
       cudaMemcpyAsync(ids, route_ids_.data(), out, cudaMemcpyDeviceToHost, stream_.get()));
   TANDEM_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(weights, route_w_.data(), out, cudaMemcpyDeviceToHost, stream_.get()));
-  return stream_.Synchronize();
+  TANDEM_RETURN_IF_ERROR(stream_.Synchronize());
+  // The callers index per-expert lists with these ids: one out of range
+  // would be a write out of bounds, so it is an error here instead.
+  for (int64_t i = 0; i < n * k; ++i) {
+    if (ids[i] < 0 || ids[i] >= experts) {
+      return absl::InternalError(absl::StrCat("RouteTopK: expert id ", ids[i], " of token ",
+                                              i / k, " is outside [0, ", experts, ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaDevice::GreedyPick(const float* logits, int64_t rows, int64_t vocab,

@@ -61,7 +61,12 @@ template <typename T>
 std::unique_ptr<DeviceBytes> Upload(const std::vector<T>& v) {
   auto d = std::make_unique<DeviceBytes>(v.size() * sizeof(T));
   if (d->ok() && !v.empty()) {
-    cudaMemcpy(d->get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+    EXPECT_EQ(cudaMemcpy(d->get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    // cudaMemcpy from pageable memory may return before the DMA lands, and
+    // the kernels under test run on non-blocking streams that do not wait
+    // for the legacy stream it used.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   return d;
 }

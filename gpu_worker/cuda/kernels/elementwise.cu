@@ -112,6 +112,9 @@ int LaunchRope(void* x, ActType type, int64_t tokens, int64_t heads, int64_t hea
                const int64_t* positions, const float* inv_freq, int64_t half, bool interleaved,
                void* stream) {
   if (tokens == 0 || heads == 0) return 0;
+  // Rotated pairs past the head would write into the next head's (or
+  // token's) values: ops::ApplyRope checks the same.
+  if (half < 0 || 2 * half > head_dim) return static_cast<int>(cudaErrorInvalidValue);
   auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads));
   const int threads = half >= 64 ? 64 : 32;

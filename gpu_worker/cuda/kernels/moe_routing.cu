@@ -30,7 +30,12 @@ __global__ void RouteTopKKernel(const float* __restrict__ logits, int64_t n, int
       for (int64_t i = 0; i < j; ++i) taken |= chosen[i] == e;
       if (taken) continue;
       const float p = expf(l[e] - mx) / sum;
-      if (p > bp) {  // strictly greater: ties keep the lower index
+      // Strictly greater: ties keep the lower index. The first expert not
+      // yet taken is kept whatever its p, so that a NaN (a NaN logit, or
+      // an infinite one: inf - inf) never leaves `best` at -1, an id the
+      // caller would index with; the host's partial_sort also returns k
+      // distinct experts then.
+      if (best < 0 || p > bp) {
         bp = p;
         best = static_cast<int32_t>(e);
       }

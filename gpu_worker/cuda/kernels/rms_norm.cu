@@ -6,22 +6,30 @@ namespace tandem::cuda {
 namespace {
 
 // One block per row; threads stride over the row, then a shared-memory tree
-// reduction of the sum of squares (f32 accumulation, as the CPU reference).
-__global__ void RmsNormKernel(const float* __restrict__ x, int64_t dim,
-                              const float* __restrict__ w, float eps, float* __restrict__ out) {
-  extern __shared__ float partial[];
+// reduction of the sum of squares. As ops::RmsNorm: f32 squares summed in
+// double, their mean rounded to f32, 1 / sqrt (correctly rounded, not
+// rsqrtf), w * (x * r). x and out may be the same row (the engine's per-head
+// q/k norms run in place): each element is read and then written by the
+// same thread, and the reduction reads only `partial`, so they are not
+// __restrict__.
+__global__ void RmsNormKernel(const float* x, int64_t dim, const float* __restrict__ w, float eps,
+                              float* out) {
+  extern __shared__ double partial[];
   const float* row = x + blockIdx.x * dim;
   float* orow = out + blockIdx.x * dim;
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += row[i] * row[i];
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    sum += static_cast<double>(row[i] * row[i]);
+  }
   partial[threadIdx.x] = sum;
   __syncthreads();
   for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
     if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
     __syncthreads();
   }
-  const float inv = rsqrtf(partial[0] / static_cast<float>(dim) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = row[i] * inv * w[i];
+  const float mean = static_cast<float>(partial[0] / static_cast<double>(dim));
+  const float inv = 1.0f / sqrtf(mean + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = w[i] * (row[i] * inv);
 }
 
 // One block per row, as RmsNormKernel, with a double sum.
@@ -70,7 +78,7 @@ int LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, flo
                   float* out, void* stream) {
   if (rows == 0) return 0;
   constexpr int kThreads = 256;
-  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, kThreads * sizeof(float),
+  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, kThreads * sizeof(double),
                   static_cast<cudaStream_t>(stream)>>>(x, dim, w, eps, out);
   return static_cast<int>(cudaGetLastError());
 }

@@ -7,9 +7,10 @@
 
 namespace tandem::cuda {
 
-// out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * w on device pointers
-// (f32), on `stream` (a cudaStream_t, or nullptr for the default stream).
-// Returns the cudaError_t of the launch as an int (0 = success).
+// out[r, :] = w * (x[r, :] / sqrt(mean(x[r, :]^2) + eps)) on device pointers
+// (f32; out may be x), computed as ops::RmsNorm computes it, on `stream` (a
+// cudaStream_t, or nullptr for the default stream). Returns the cudaError_t
+// of the launch as an int (0 = success).
 int LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                   float* out, void* stream);
 
