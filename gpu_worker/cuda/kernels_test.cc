@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -259,6 +260,28 @@ void CheckRouteTopK(std::mt19937& rng, ActType t) {
                 0);
       EXPECT_EQ(Download<int32_t>(ids, n * k), want_ids) << experts << " experts, top " << k;
       EXPECT_TRUE(Near(Download<float>(w, n * k), want_w, 1e-6));
+    }
+  }
+  // A NaN logit (token 0) or an infinite one (token 1, inf - inf = NaN)
+  // makes every probability NaN: the ids must still be k distinct experts
+  // (the engine indexes per-expert lists with them), as the host's are.
+  {
+    const int64_t experts = 8, k = 2;
+    std::vector<float> l(2 * experts, 0.5f);
+    l[3] = std::numeric_limits<float>::quiet_NaN();
+    l[experts + 5] = std::numeric_limits<float>::infinity();
+    auto dl = Upload(l);
+    DeviceBytes ids(2 * k * 4), w(2 * k * 4);
+    ASSERT_EQ(LaunchRouteTopK(dl->as<float>(), 2, experts, k, true, ids.as<int32_t>(),
+                              w.as<float>(), nullptr),
+              0);
+    const std::vector<int32_t> got = Download<int32_t>(ids, 2 * k);
+    for (int64_t t = 0; t < 2; ++t) {
+      for (int64_t j = 0; j < k; ++j) {
+        EXPECT_GE(got[t * k + j], 0) << "token " << t;
+        EXPECT_LT(got[t * k + j], experts) << "token " << t;
+      }
+      EXPECT_NE(got[t * k], got[t * k + 1]) << "token " << t;
     }
   }
   EXPECT_NE(LaunchRouteTopK(nullptr, 1, 8, 9, false, nullptr, nullptr, nullptr), 0);
