@@ -40,7 +40,8 @@ CublasHandle& CublasHandle::operator=(CublasHandle&& o) noexcept {
 
 absl::Status Gemm(const CublasHandle& h, const void* x, const void* w, ActType type, int64_t m,
                   int64_t n, int64_t k, float* y, float beta) {
-  if (m < 0 || n <= 0 || k <= 0) {
+  // cublasGemmEx takes int sizes.
+  if (m < 0 || n <= 0 || k <= 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("Gemm of ", m, "x", n, "x", k));
   }
   if (m == 0) return absl::OkStatus();
