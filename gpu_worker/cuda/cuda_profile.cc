@@ -84,7 +84,7 @@ absl::Status MeasureCudaProfile(const CudaProfileOptions& o, HardwareProfile* hw
   const auto copy = static_cast<size_t>(o.copy_bytes);
   TANDEM_ASSIGN_OR_RETURN(PinnedBuffer host, PinnedBuffer::Allocate(copy));
   TANDEM_ASSIGN_OR_RETURN(DeviceBuffer dev, DeviceBuffer::Allocate(copy));
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemset(dev.data(), 0, copy));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dev.data(), 0, copy, stream.get()));
   TANDEM_ASSIGN_OR_RETURN(const double h2d, BestSeconds(stream, o.repeats, [&] {
     return Copy(dev.data(), host.data(), copy, cudaMemcpyHostToDevice, stream);
   }));
@@ -107,7 +107,7 @@ absl::Status MeasureCudaProfile(const CudaProfileOptions& o, HardwareProfile* hw
     const auto bytes = static_cast<size_t>(o.hbm_bytes);
     TANDEM_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::Allocate(bytes));
     TANDEM_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(bytes));
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemset(a.data(), 0, bytes));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(a.data(), 0, bytes, stream.get()));
     TANDEM_ASSIGN_OR_RETURN(const double t, BestSeconds(stream, o.repeats, [&] {
       return Copy(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream);
     }));
@@ -135,8 +135,8 @@ absl::Status MeasureCudaProfile(const CudaProfileOptions& o, HardwareProfile* hw
     TANDEM_ASSIGN_OR_RETURN(DeviceBuffer x, DeviceBuffer::Allocate(in_bytes));
     TANDEM_ASSIGN_OR_RETURN(DeviceBuffer w, DeviceBuffer::Allocate(in_bytes));
     TANDEM_ASSIGN_OR_RETURN(DeviceBuffer y, DeviceBuffer::Allocate(static_cast<size_t>(n * n) * 4));
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemset(x.data(), 0, in_bytes));
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemset(w.data(), 0, in_bytes));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(x.data(), 0, in_bytes, stream.get()));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.data(), 0, in_bytes, stream.get()));
     TANDEM_ASSIGN_OR_RETURN(const double t, BestSeconds(stream, o.repeats, [&] {
       return Gemm(blas, x.data(), w.data(), type, n, n, n, y.as<float>());
     }));
@@ -152,8 +152,8 @@ absl::Status MeasureCudaProfile(const CudaProfileOptions& o, HardwareProfile* hw
     TANDEM_ASSIGN_OR_RETURN(DeviceBuffer x, DeviceBuffer::Allocate(in_bytes));
     TANDEM_ASSIGN_OR_RETURN(DeviceBuffer w, DeviceBuffer::Allocate(in_bytes));
     TANDEM_ASSIGN_OR_RETURN(DeviceBuffer y, DeviceBuffer::Allocate(in_bytes * 4));
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemset(x.data(), 0, in_bytes));
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemset(w.data(), 0, in_bytes));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(x.data(), 0, in_bytes, stream.get()));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.data(), 0, in_bytes, stream.get()));
     const int32_t alpha = 1, beta = 0;
     const int ni = static_cast<int>(n);
     TANDEM_ASSIGN_OR_RETURN(const double t, BestSeconds(stream, o.repeats, [&]() -> absl::Status {
