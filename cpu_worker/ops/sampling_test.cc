@@ -87,8 +87,15 @@ TEST(SamplerTest, SameSeedSameTokens) {
   }
 }
 
-// Pearson's chi-square against expected counts; with 3 degrees of freedom
-// the 99.99th percentile is 21.1.
+// Pearson's chi-square against expected counts. The sampler draws from the
+// test's fresh seed, so each check is a real hypothesis test that a correct
+// sampler fails with the bound's tail probability: 21.1 (the 99.99th
+// percentile at 3 degrees of freedom) failed a run about once in 1,900 over
+// the file's eight checks. At kChiSquareBound the tail is 5.7e-10 at 3
+// degrees of freedom (1e-10 at 2, 1.2e-11 at 1), while a wrong distribution
+// (a temperature off, a token missing from the nucleus) gives thousands at
+// these draw counts.
+constexpr double kChiSquareBound = 46.0;
 double ChiSquare(const std::vector<int>& counts, const std::vector<double>& p, int draws) {
   double chi = 0.0;
   for (size_t i = 0; i < counts.size(); ++i) {
@@ -115,7 +122,7 @@ TEST(SamplerTest, TemperatureDistribution) {
     const int draws = 20000;
     std::vector<int> counts(4, 0);
     for (int i = 0; i < draws; ++i) ++counts[s.Sample(logits.data(), 4)];
-    EXPECT_LT(ChiSquare(counts, p, draws), 21.1)
+    EXPECT_LT(ChiSquare(counts, p, draws), kChiSquareBound)
         << counts[0] << " " << counts[1] << " " << counts[2] << " " << counts[3];
   }
 }
@@ -144,7 +151,7 @@ TEST(SamplerTest, TopKNeverEmitsExcludedTokensAndKeepsTheirShares) {
     ASSERT_NE(it, kept.end()) << "emitted excluded token " << t;
     ++counts[static_cast<size_t>(it - kept.begin())];
   }
-  EXPECT_LT(ChiSquare(counts, p, draws), 21.1);
+  EXPECT_LT(ChiSquare(counts, p, draws), kChiSquareBound);
 
   // Random logits over a large vocabulary: only the k best ever appear.
   auto big = RandomLogits(rng, 5000);
@@ -194,8 +201,8 @@ TEST(SamplerTest, TopPNeverEmitsExcludedTokensAndKeepsTheirShares) {
       ++counts[static_cast<size_t>(it - c.kept.begin())];
     }
     if (c.kept.size() > 1) {
-      // Degrees of freedom <= 3: the 21.1 bound stays conservative.
-      EXPECT_LT(ChiSquare(counts, p, draws), 21.1);
+      // Degrees of freedom <= 3: kChiSquareBound's tail is at most 5.7e-10.
+      EXPECT_LT(ChiSquare(counts, p, draws), kChiSquareBound);
     }
   }
 }
@@ -240,7 +247,7 @@ TEST(SamplerTest, TopKThenTopP) {
     ASSERT_TRUE(t == 0 || t == 1) << "emitted excluded token " << t;
     ++counts[t == 1 ? 0 : 1];
   }
-  EXPECT_LT(ChiSquare(counts, {2.0 / 3.0, 1.0 / 3.0}, draws), 21.1);
+  EXPECT_LT(ChiSquare(counts, {2.0 / 3.0, 1.0 / 3.0}, draws), kChiSquareBound);
 }
 
 TEST(SamplerTest, TopPOverLargeVocabulary) {
