@@ -110,6 +110,53 @@ void BM_Linear(benchmark::State& state, DType t) {
                                                              : "f32");
 }
 
+// Q8_0 Linear on the shapes of `tandem bench --synthetic dense` (hidden
+// 2048, ffn 5632, 16 heads / 4 KV heads of 128), cold, as a decode step of
+// m sequences calls it: q, k and v as one [3072, 2048] weight, the output
+// projection [2048, 2048], gate and up as one [11264, 2048], the down
+// projection [2048, 5632]. Set beside BM_Linear/q8_0 (4096 x 4096) it shows
+// what the engine's shapes cost the kernel. Args: m, n, k.
+void BM_LinearShapeQ8(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> wf(static_cast<size_t>(n * k));
+  for (auto& v : wf) v = dist(rng);
+  std::vector<uint8_t> blocks(static_cast<size_t>(DTypeBytes(DType::kQ8_0, n * k).value()));
+  QuantizeFromF32(DType::kQ8_0, wf.data(), n * k, blocks.data());
+  const int copies = static_cast<int>((kColdBytes + static_cast<int64_t>(blocks.size()) - 1) /
+                                      static_cast<int64_t>(blocks.size()));
+  std::vector<LinearWeight> w;
+  for (int c = 0; c < copies; ++c) {
+    auto lw = LinearWeight::Create(View(DType::kQ8_0, blocks, n, k), ComputeType::kQuantized,
+                                   WeightLayout::kCpuPacked);
+    if (!lw.ok()) {
+      state.SkipWithError("LinearWeight::Create failed");
+      return;
+    }
+    w.push_back(*lw);
+  }
+  std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n));
+  for (auto& v : x) v = dist(rng);
+  size_t next = 0;
+  for (auto _ : state) {
+    Linear(x.data(), m, w[next], nullptr, y.data());
+    next = next + 1 == w.size() ? 0 : next + 1;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GOPS"] =
+      benchmark::Counter(2.0 * static_cast<double>(m) * static_cast<double>(n * k) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_LinearShapeQ8)
+    ->ArgsProduct({{16}, {3072, 2048, 11264}, {2048}})
+    ->Args({16, 2048, 5632})
+    ->Args({16, 4096, 4096})
+    ->ArgNames({"m", "n", "k"})
+    ->UseRealTime()
+    ->MinTime(0.5);
+
 // m = 1: a decode step of one sequence; 4 .. 32: decode batches.
 #define TANDEM_DECODE_ARGS \
   ArgsProduct({{1, 4, 8, 12, 16, 32}, {0, 1}})->ArgNames({"m", "cold"})->UseRealTime()->MinTime(0.5)

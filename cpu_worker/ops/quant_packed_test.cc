@@ -159,16 +159,22 @@ TEST(QuantPackedTest, KernelMatchesTheReferenceAndTheInPlaceKernel) {
 }
 
 // A row's result is the same bits whatever else shares the call and
-// however many threads run it (its superblocks are summed in order).
+// however many threads run it (its superblocks are summed in order), at a
+// width whose tiles pass whole and one (5632) whose decode batches pass in
+// spans of superblocks.
 TEST(QuantPackedTest, RowResultDoesNotDependOnTheBatchOrThreads) {
   if (!KernelRuns()) GTEST_SKIP() << "no AVX-512 BW (or TANDEM_CPU_ISA caps it)";
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  const int64_t n = 300, k = 2816;
+  const int64_t n = 300;
   const int threads = omp_get_max_threads();
-  for (DType t : kTypes) {
-    SCOPED_TRACE(Name(t));
+  std::vector<std::pair<int64_t, DType>> cases;
+  for (int64_t k : {2816, 5632}) {
+    for (DType t : kTypes) cases.emplace_back(k, t);
+  }
+  for (const auto& [k, t] : cases) {
+    SCOPED_TRACE(::testing::Message() << Name(t) << " k " << k);
     const QuantWeight w = MakeQuant(rng, t, n, k);
     // Past two slices of rows (PackedQuantLinear's), a short last one.
     const int64_t slice = internal::PackedQuantSliceRows(k);
