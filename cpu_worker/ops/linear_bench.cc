@@ -66,6 +66,19 @@ TensorView View(DType t, const std::vector<uint8_t>& data, int64_t n = kN, int64
   return v;
 }
 
+// The timed loop of the Linear benchmarks: one call per iteration, the
+// weights in turn (copies enough to read each from DRAM where cold).
+void TimeLinearCalls(benchmark::State& state, const std::vector<float>& x, int64_t m,
+                     const std::vector<LinearWeight>& w, std::vector<float>& y) {
+  size_t next = 0;
+  for (auto _ : state) {
+    Linear(x.data(), m, w[next], nullptr, y.data());
+    next = next + 1 == w.size() ? 0 : next + 1;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+}
+
 // Linear as the engine calls it (bf16 packed where the engine packs it).
 // Args: m, cold (0/1).
 void BM_Linear(benchmark::State& state, DType t) {
@@ -90,13 +103,7 @@ void BM_Linear(benchmark::State& state, DType t) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(m * kK)), y(static_cast<size_t>(m * kN));
   for (auto& v : x) v = dist(rng);
-  size_t next = 0;
-  for (auto _ : state) {
-    Linear(x.data(), m, w[next], nullptr, y.data());
-    next = next + 1 == w.size() ? 0 : next + 1;
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
+  TimeLinearCalls(state, x, m, w, y);
   const double flops = 2.0 * static_cast<double>(m) * kN * kK;
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -124,11 +131,14 @@ void BM_LinearShapeQ8(benchmark::State& state) {
   for (auto& v : wf) v = dist(rng);
   std::vector<uint8_t> blocks(static_cast<size_t>(DTypeBytes(DType::kQ8_0, n * k).value()));
   QuantizeFromF32(DType::kQ8_0, wf.data(), n * k, blocks.data());
+  // Copies of the blocks too, so that the weights are distinct (cold) where
+  // they are not packed (in place) either.
   const int copies = static_cast<int>((kColdBytes + static_cast<int64_t>(blocks.size()) - 1) /
                                       static_cast<int64_t>(blocks.size()));
+  const std::vector<std::vector<uint8_t>> storage(static_cast<size_t>(copies), blocks);
   std::vector<LinearWeight> w;
-  for (int c = 0; c < copies; ++c) {
-    auto lw = LinearWeight::Create(View(DType::kQ8_0, blocks, n, k), ComputeType::kQuantized,
+  for (const auto& b : storage) {
+    auto lw = LinearWeight::Create(View(DType::kQ8_0, b, n, k), ComputeType::kQuantized,
                                    WeightLayout::kCpuPacked);
     if (!lw.ok()) {
       state.SkipWithError("LinearWeight::Create failed");
@@ -138,13 +148,7 @@ void BM_LinearShapeQ8(benchmark::State& state) {
   }
   std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n));
   for (auto& v : x) v = dist(rng);
-  size_t next = 0;
-  for (auto _ : state) {
-    Linear(x.data(), m, w[next], nullptr, y.data());
-    next = next + 1 == w.size() ? 0 : next + 1;
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
+  TimeLinearCalls(state, x, m, w, y);
   state.counters["GOPS"] =
       benchmark::Counter(2.0 * static_cast<double>(m) * static_cast<double>(n * k) * 1e-9,
                          benchmark::Counter::kIsIterationInvariantRate);
