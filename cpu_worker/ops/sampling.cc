@@ -65,11 +65,15 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) Tally AtLeast(const
 
 int32_t ArgMax(const float* logits, int64_t vocab) {
   TANDEM_CHECK(vocab > 0);
-  int64_t best = 0;
-  for (int64_t i = 1; i < vocab; ++i) {
-    if (logits[i] > logits[best]) best = i;
+  // A NaN is skipped wherever it stands (the first logit included), so that
+  // the pick does not depend on where a broken row's NaNs fall; the GPU's
+  // argmax follows the same rule.
+  int64_t best = -1;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float v = logits[i];
+    if (!std::isnan(v) && (best < 0 || v > logits[best])) best = i;
   }
-  return static_cast<int32_t>(best);
+  return static_cast<int32_t>(best < 0 ? 0 : best);
 }
 
 float LogProb(const float* logits, int64_t vocab, int32_t token) {

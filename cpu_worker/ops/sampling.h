@@ -55,7 +55,8 @@ uint64_t TokenSeed(uint64_t request_seed, int64_t index);
 // log_softmax(logits)[token] computed in double for stability.
 float LogProb(const float* logits, int64_t vocab, int32_t token);
 
-// Index of the largest logit (lowest index among ties).
+// Index of the largest logit (lowest index among ties); NaNs are skipped, and a
+// row of NaNs only gives 0.
 int32_t ArgMax(const float* logits, int64_t vocab);
 
 }  // namespace tandem::ops

@@ -30,6 +30,19 @@ TEST(ArgMaxTest, LowestIndexAmongTies) {
   EXPECT_EQ(ArgMax(c, 1), 0);
 }
 
+TEST(ArgMaxTest, NaNsAreSkippedWhereverTheyStand) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float first[] = {nan, 1.0f, 3.0f, 2.0f};
+  EXPECT_EQ(ArgMax(first, 4), 2);
+  const float middle[] = {1.0f, nan, 3.0f, nan};
+  EXPECT_EQ(ArgMax(middle, 4), 2);
+  const float then_inf[] = {nan, -inf, -inf};
+  EXPECT_EQ(ArgMax(then_inf, 3), 1);
+  const float all_nan[] = {nan, nan};
+  EXPECT_EQ(ArgMax(all_nan, 2), 0);
+}
+
 TEST(SamplerTest, GreedyIsArgMax) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(absl::StrCat("seed ", seed));

@@ -529,26 +529,26 @@ void CheckArgmax(std::mt19937& rng, ActType t) {
   if (t != ActType::kF32) return;
   const int64_t rows = 9, vocab = 32003;
   Acts l = RandomActs(rng, rows * vocab, ActType::kF32);
-  // Row 1: a tie between two maxima; row 2: all equal; row 3: a NaN.
+  // Row 1: a tie between two maxima; row 2: all equal; row 3: a NaN; row
+  // 4: a NaN first; row 5: a NaN, then -inf only.
   l.f32[1 * vocab + 500] = l.f32[1 * vocab + 20000] = 100.0f;
   std::fill_n(l.f32.begin() + 2 * vocab, vocab, -3.0f);
   l.f32[3 * vocab + 7] = std::nanf("");
+  l.f32[4 * vocab] = std::nanf("");
+  std::fill_n(l.f32.begin() + 5 * vocab, vocab, -std::numeric_limits<float>::infinity());
+  l.f32[5 * vocab] = std::nanf("");
+  // The host's rule: NaNs skipped wherever they stand, the first of equal
+  // maxima, 0 for a row of NaNs only.
   std::vector<int32_t> want(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    int32_t best = 0;
-    for (int64_t j = 1; j < vocab; ++j) {
-      if (l.f32[r * vocab + j] > l.f32[r * vocab + best] || std::isnan(l.f32[r * vocab + best])) {
-        best = static_cast<int32_t>(j);
-      }
-    }
-    want[r] = best;
-  }
+  for (int64_t r = 0; r < rows; ++r) want[r] = ops::ArgMax(l.f32.data() + r * vocab, vocab);
   auto dl = l.Upload();
   DeviceBytes ids(rows * 4);
   ASSERT_EQ(LaunchArgmax(dl->as<float>(), rows, vocab, ids.as<int32_t>(), nullptr), 0);
   EXPECT_EQ(Download<int32_t>(ids, rows), want);
   EXPECT_EQ(want[1], 500);
   EXPECT_EQ(want[2], 0);
+  EXPECT_NE(want[4], 0);
+  EXPECT_EQ(want[5], 1);
   // Greedy pick: the same ids and the host's log-probs of them (the NaN
   // row's is NaN on both sides).
   DeviceBytes ids2(rows * 4), lps(rows * 4);

@@ -1,6 +1,6 @@
 #include "gpu_worker/cuda/kernels/sampling.h"
 
-#include <cfloat>
+#include <cmath>
 
 #include "gpu_worker/cuda/kernels/device_math.cuh"
 
@@ -15,12 +15,14 @@ __device__ __forceinline__ void Better(float& v, int32_t& i, float ov, int32_t o
   }
 }
 
-// The row's largest value and its index (the first on ties; NaNs never
-// win; token 0 for a row of -inf or NaN, as the host's ArgMax), in every
-// thread of the block. blockDim.x a multiple of 32, at most 1024.
+// The row's largest value and its index (the first on ties; NaNs skipped
+// wherever they stand; token 0 for a row of NaNs only, as the host's
+// ArgMax), in every thread of the block. blockDim.x a multiple of 32, at
+// most 1024. Starting from -inf, a -inf logit is taken on the index rule,
+// so a row of NaNs and -infs picks its first -inf, as on the host.
 __device__ void BlockArgmax(const float* __restrict__ row, int64_t vocab, float& best,
                             int32_t& at) {
-  float v = -FLT_MAX;
+  float v = -INFINITY;
   int32_t idx = INT32_MAX;
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
     Better(v, idx, row[j], static_cast<int32_t>(j));  // a NaN compares false: never taken
