@@ -547,13 +547,19 @@ absl::Status CudaDevice::GreedyPick(const float* logits, int64_t rows, int64_t v
                                     int32_t* ids, float* logprobs) {
   TANDEM_RETURN_IF_ERROR(Use());
   if (rows == 0) return absl::OkStatus();
+  // Ids and log-probs side by side in one buffer, so the step waits for
+  // one copy back, not two.
   const size_t bytes = static_cast<size_t>(rows) * 4;
-  TANDEM_RETURN_IF_ERROR(Reserve(pick_ids_, bytes));
-  TANDEM_RETURN_IF_ERROR(Reserve(pick_logprobs_, bytes));
-  TANDEM_LAUNCH_RETURN_IF_ERROR(LaunchGreedyPick(logits, rows, vocab, pick_ids_.as<int32_t>(),
-                                                 pick_logprobs_.as<float>(), stream_.get()));
-  TANDEM_RETURN_IF_ERROR(CopyToHost(pick_ids_.data(), bytes, ids));
-  return CopyToHost(pick_logprobs_.data(), bytes, logprobs);
+  TANDEM_RETURN_IF_ERROR(Reserve(pick_, 2 * bytes));
+  int32_t* d_ids = pick_.as<int32_t>();
+  float* d_logprobs = reinterpret_cast<float*>(d_ids + rows);
+  TANDEM_LAUNCH_RETURN_IF_ERROR(
+      LaunchGreedyPick(logits, rows, vocab, d_ids, d_logprobs, stream_.get()));
+  pick_host_.resize(2 * static_cast<size_t>(rows));
+  TANDEM_RETURN_IF_ERROR(CopyToHost(pick_.data(), 2 * bytes, pick_host_.data()));
+  std::memcpy(ids, pick_host_.data(), bytes);
+  std::memcpy(logprobs, pick_host_.data() + rows, bytes);
+  return absl::OkStatus();
 }
 
 absl::Status CudaDevice::GatherRows(const float* x, int64_t width, const int64_t* rows,

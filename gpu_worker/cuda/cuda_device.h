@@ -138,7 +138,8 @@ class CudaDevice final : public Device {
   DeviceBuffer expert_in_, expert_out_;  // [rows, width] of RunExperts, grouped by run
   DeviceBuffer group_ptrs_;       // RunExperts' grouped GEMMs' pointer arrays, three
   DeviceBuffer route_ids_, route_w_;  // [n, k] of RouteTopK
-  DeviceBuffer pick_ids_, pick_logprobs_;  // [rows] of GreedyPick
+  DeviceBuffer pick_;                 // GreedyPick: [rows] ids, then [rows] log-probs
+  std::vector<int32_t> pick_host_;    // the same, copied back in one piece
 };
 
 }  // namespace tandem::cuda
