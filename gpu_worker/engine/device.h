@@ -96,7 +96,12 @@ class Device {
   // ops issued before have run.
   virtual absl::Status CopyToHost(const void* src, size_t bytes, void* dst) = 0;
   // Copies `bytes` of host memory at `src` to device memory `dst`, after the
-  // ops issued before; `src` may be reused when it returns.
+  // ops issued before; `src` may be reused when it returns. On CUDA that
+  // holds for pageable memory (the runtime has staged the bytes by then);
+  // page-locked memory is read later, on the stream, so only memory that
+  // never changes may be pinned: PinStreamed's weights are the only such
+  // memory, and every mutable source (activations, results in shared
+  // memory) stays pageable.
   virtual absl::Status CopyToDevice(const void* src, size_t bytes, void* dst) = 0;
 
   // Waits until the ops issued before have run.
