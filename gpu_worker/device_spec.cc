@@ -1,7 +1,5 @@
 #include "gpu_worker/device_spec.h"
 
-#include <algorithm>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
@@ -81,10 +79,7 @@ absl::StatusOr<DeviceFactory> DeviceFactoryFor(const std::string& spec) {
 #ifdef TANDEM_HAVE_CUDA_DEVICE
   std::string why;
   const auto visible = cuda::ListDevices(&why);
-  const bool listed =
-      std::any_of(visible.begin(), visible.end(),
-                  [ordinal](const cuda::DeviceInfo& d) { return d.index == ordinal; });
-  if (!listed) {  // by the runtime's index: a device it cannot describe is left out
+  if (!cuda::Lists(visible, ordinal)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "device ", spec, ": ", visible.size(), " GPU(s) visible", why.empty() ? "" : ": ", why));
   }

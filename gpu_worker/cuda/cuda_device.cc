@@ -68,12 +68,7 @@ DType StorageDType(ops::WeightStorage s) {
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
   std::string why;
   const std::vector<DeviceInfo> devices = ListDevices(&why);
-  // By the runtime's index, not by position: a device whose properties
-  // cannot be read is left out of the list, and the ones after it keep
-  // their own indexes.
-  const bool listed = std::any_of(devices.begin(), devices.end(),
-                                  [ordinal](const DeviceInfo& d) { return d.index == ordinal; });
-  if (!listed) {
+  if (!Lists(devices, ordinal)) {
     return absl::FailedPreconditionError(
         absl::StrCat("no CUDA device ", ordinal, " (", devices.size(), " visible",
                      why.empty() ? "" : ": ", why, ")"));

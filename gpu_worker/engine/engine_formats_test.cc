@@ -186,8 +186,8 @@ TEST_P(EngineFormats, F16ComputesAsItsF32Values) {
 // weight read as rows would be off by the size of the logits. A MoE model
 // here routes every token to all its experts: top-k of k < experts is a
 // step function of the router's logits, and a near-tie that the two sums'
-// rounding settles differently sent a token to another expert in about 1
-// of 900 runs (0.12-0.15 off, olmoe and qwen2_moe); softmax over all the
+// rounding settles differently sent a token to another expert in 2 of 933
+// runs of this binary (0.12-0.15 off, olmoe and qwen2_moe); softmax over all the
 // experts moves with its logits as the rest of the model does, and every
 // expert's packed weights are read.
 TEST_P(EngineFormats, Bf16WeightsPackOnlyWhereTheyFit) {
